@@ -1,0 +1,97 @@
+# forkbox build. `make` builds build/forkbox and build/fbhelper; `make demo` is the main job;
+# `make test` installs what it needs, builds from scratch and runs every test.
+PREFIX ?= /usr/local
+DESTDIR ?=
+BUILD ?= build
+CXX ?= g++
+CC ?= gcc
+
+VERSION := $(shell cat VERSION)
+COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+
+CXXFLAGS ?= -O2 -g
+CXXFLAGS += -std=c++2b -Wall -Wextra -Werror -I. -MMD -MP \
+	-DFORKBOX_VERSION='"$(VERSION)"' -DFORKBOX_COMMIT='"$(COMMIT)"'
+LDFLAGS ?=
+LIBS := -lseccomp -lyajl -lcap -lboost_program_options
+
+LIB_SRCS := $(sort $(wildcard oci/*.cpp libforkbox/*.cpp))
+CMD_SRCS := $(sort $(wildcard cmd/*.cpp))
+TEST_SRCS := $(sort $(wildcard tests/*.cpp))
+LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o)
+CMD_OBJS := $(CMD_SRCS:%.cpp=$(BUILD)/obj/%.o)
+TEST_OBJS := $(TEST_SRCS:%.cpp=$(BUILD)/obj/%.o)
+
+DEB_PACKAGES := build-essential pkg-config git libseccomp-dev libyajl-dev libcap-dev \
+	libboost-program-options-dev libgtest-dev bats bats-assert bats-support busybox-static \
+	jq runc iproute2 procps util-linux python3
+
+.PHONY: all deps demo test unit integration install uninstall bench check-asan conformance clean
+
+all: $(BUILD)/forkbox $(BUILD)/fbhelper
+
+$(BUILD)/forkbox: $(CMD_OBJS) $(LIB_OBJS)
+	$(CXX) $(CXXFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/unit-tests: $(TEST_OBJS) $(LIB_OBJS)
+	$(CXX) $(CXXFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS) -lgtest -lgtest_main -pthread
+
+$(BUILD)/obj/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c -o $@ $<
+
+# The in-container test payload: static, so any rootfs can run it.
+$(BUILD)/fbhelper: integration/helper/fbhelper.c
+	@mkdir -p $(BUILD)
+	$(CC) -static -O2 -Wall -Wextra -o $@ $<
+
+# Installs the Debian packages that building and testing need, only when missing.
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y --no-install-recommends $$missing || \
+		{ apt-get update && apt-get install -y --no-install-recommends $$missing; }; \
+	fi
+
+demo: deps
+	$(MAKE) all
+	./scripts/demo.sh $(BUILD)
+
+unit: $(BUILD)/unit-tests
+	./$(BUILD)/unit-tests
+
+integration: all
+	bats integration/
+
+test: deps
+	$(MAKE) unit
+	$(MAKE) integration
+
+install: $(BUILD)/forkbox
+	install -D -m 0755 $(BUILD)/forkbox $(DESTDIR)$(PREFIX)/bin/forkbox
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/forkbox
+
+bench: all
+	./bench/run-true.sh
+
+# Unit and integration tests under AddressSanitizer and UndefinedBehaviorSanitizer.
+check-asan:
+	$(MAKE) BUILD=build-asan CXXFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
+		LDFLAGS="-fsanitize=address,undefined" build-asan/unit-tests build-asan/forkbox build-asan/fbhelper
+	./build-asan/unit-tests
+	FORKBOX=$(CURDIR)/build-asan/forkbox bats integration/
+
+# The OCI runtime-tools conformance programs (needs ../shared from the workspace).
+conformance: all
+	../shared/conformance/run.sh $(CURDIR)/$(BUILD)/forkbox
+
+clean:
+	rm -rf $(BUILD) build-asan
+
+-include $(LIB_OBJS:.o=.d) $(CMD_OBJS:.o=.d) $(TEST_OBJS:.o=.d)

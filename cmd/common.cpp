@@ -1,0 +1,38 @@
+#include "cmd/common.hpp"
+
+#include <iostream>
+
+#include "libforkbox/log.hpp"
+
+namespace forkbox::cmd {
+
+bool VerbParser::parse(const std::vector<std::string>& args, po::variables_map& vm) {
+    auto parsed = po::command_line_parser(args).options(desc_).positional(pos_).run();
+    po::store(parsed, vm);
+    if (vm.count("help")) {
+        print_help();
+        return false;
+    }
+    po::notify(vm);
+    return true;
+}
+
+void VerbParser::print_help() const {
+    std::cout << "Usage: forkbox " << usage_ << "\n\n" << summary_ << "\n\n" << desc_ << "\n";
+}
+
+int report(const Error& e) { return report(e.what()); }
+
+int report(const std::string& msg) {
+    log::error(msg);
+    // With a log file the message went there; the caller still wants it on stderr.
+    if (log::has_file()) std::cerr << "forkbox: " << msg << "\n";
+    return 1;
+}
+
+std::string require_id(const po::variables_map& vm, const char* verb) {
+    if (!vm.count("id")) throw UsageError(std::string("\"") + verb + "\" requires a container id");
+    return vm["id"].as<std::string>();
+}
+
+}  // namespace forkbox::cmd

@@ -1,0 +1,68 @@
+// Shared by the verb files: global options, verb flag parsing, error reporting.
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <string>
+#include <vector>
+
+#include "libforkbox/error.hpp"
+#include "libforkbox/state.hpp"
+
+namespace forkbox::cmd {
+
+namespace po = boost::program_options;
+
+struct Globals {
+    std::string root;
+    std::string log_file;
+    std::string log_format = "text";
+    bool debug = false;
+    bool systemd_cgroup = false;
+    StateStore store() const { return StateStore(root); }
+};
+
+// Parses a verb's arguments; --help prints usage and sets help_shown.
+struct VerbParser {
+    VerbParser(const char* usage, const char* summary) : usage_(usage), summary_(summary), desc_("Options") {
+        desc_.add_options()("help,h", "show help");
+    }
+    po::options_description_easy_init add() { return desc_.add_options(); }
+    VerbParser& positional(const char* name, int count) {
+        pos_.add(name, count);
+        return *this;
+    }
+    // Returns false when --help was shown (exit 0).
+    bool parse(const std::vector<std::string>& args, po::variables_map& vm);
+    void print_help() const;
+
+private:
+    const char* usage_;
+    const char* summary_;
+    po::options_description desc_;
+    po::positional_options_description pos_;
+};
+
+// Prints "forkbox: <msg>" on stderr (and logs it at error level to --log); returns 1.
+int report(const Error& e);
+int report(const std::string& msg);
+
+// Requires exactly the container id as positional argument.
+std::string require_id(const po::variables_map& vm, const char* verb);
+
+using Verb = int (*)(const Globals&, const std::vector<std::string>&);
+int cmd_create(const Globals&, const std::vector<std::string>&);
+int cmd_start(const Globals&, const std::vector<std::string>&);
+int cmd_run(const Globals&, const std::vector<std::string>&);
+int cmd_state(const Globals&, const std::vector<std::string>&);
+int cmd_kill(const Globals&, const std::vector<std::string>&);
+int cmd_delete(const Globals&, const std::vector<std::string>&);
+int cmd_list(const Globals&, const std::vector<std::string>&);
+int cmd_spec(const Globals&, const std::vector<std::string>&);
+int cmd_features(const Globals&, const std::vector<std::string>&);
+
+// Thrown for usage errors inside verbs (caught in main, exit 1).
+struct UsageError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+}  // namespace forkbox::cmd

@@ -1,0 +1,155 @@
+// forkbox: an OCI runtime shaped like runc. Global flags come before the verb.
+#include <seccomp.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <string_view>
+
+#include "cmd/common.hpp"
+#include "libforkbox/log.hpp"
+#include "oci/spec.hpp"
+
+using namespace forkbox;
+using namespace forkbox::cmd;
+
+namespace {
+
+const char* kUsage = R"(forkbox - a fast OCI container runtime
+
+Usage: forkbox [global options] <command> [command options] [arguments...]
+
+Commands:
+  create     create a container
+  start      start the process of a created container
+  run        create and start a container, and wait for it
+  state      print the state of a container
+  kill       send a signal to a container's init (or every process with --all)
+  delete     delete a container and everything it holds
+  list       list containers
+  spec       write a default config.json
+  features   print the runtime-spec features this runtime applies
+
+Global options:
+  --root DIR               state directory (default /run/forkbox)
+  --log FILE               log file (default: stderr)
+  --log-format text|json   log format (default text)
+  --debug                  log debug messages
+  --systemd-cgroup         use systemd for cgroups (not supported yet)
+  --version, -v            print the version
+  --help, -h               show this help
+)";
+
+int print_version() {
+    const scmp_version* v = seccomp_version();
+    std::cout << "forkbox version " << FORKBOX_VERSION << "\n"
+              << "commit: " << FORKBOX_COMMIT << "\n"
+              << "spec: " << oci::kSpecVersion << "\n"
+              << "libseccomp: " << v->major << "." << v->minor << "." << v->micro << "\n";
+    return 0;
+}
+
+// Global options, in runc's spelling; both --flag=value and --flag value.
+struct GlobalFlag {
+    const char* name;
+    bool takes_value;
+};
+constexpr GlobalFlag kGlobalFlags[] = {
+    {"root", true},   {"log", true},      {"log-format", true}, {"debug", false},
+    {"systemd-cgroup", false}, {"criu", true}, {"rootless", true},   {"help", false},
+    {"version", false}, {"h", false}, {"v", false},
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Globals g;
+    g.root = "/run/forkbox";
+    if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg && ::geteuid() != 0)
+        g.root = std::string(xdg) + "/forkbox";
+    std::string rootless;
+    int i = 1;
+    for (; i < argc; ++i) {
+        std::string_view a = argv[i];
+        if (a == "--") {
+            ++i;
+            break;
+        }
+        if (a.size() < 2 || a[0] != '-') break;
+        std::string_view body = a.substr(a[1] == '-' ? 2 : 1);
+        std::string_view name = body, value;
+        bool has_value = false;
+        if (auto eq = body.find('='); eq != std::string_view::npos) {
+            name = body.substr(0, eq);
+            value = body.substr(eq + 1);
+            has_value = true;
+        }
+        const GlobalFlag* flag = nullptr;
+        for (const auto& f : kGlobalFlags)
+            if (name == f.name) flag = &f;
+        if (!flag) {
+            std::cerr << "forkbox: unknown global option " << a << "\n";
+            return 1;
+        }
+        if (flag->takes_value && !has_value) {
+            if (i + 1 >= argc) {
+                std::cerr << "forkbox: option " << a << " needs a value\n";
+                return 1;
+            }
+            value = argv[++i];
+        }
+        if (name == "root") g.root = std::string(value);
+        else if (name == "log") g.log_file = std::string(value);
+        else if (name == "log-format") g.log_format = std::string(value);
+        else if (name == "debug") g.debug = !has_value || value == "true";
+        else if (name == "systemd-cgroup") g.systemd_cgroup = !has_value || value == "true";
+        else if (name == "rootless") rootless = std::string(value);
+        else if (name == "help" || name == "h") {
+            std::cout << kUsage;
+            return 0;
+        } else if (name == "version" || name == "v") {
+            return print_version();
+        }
+    }
+    if (g.log_format != "text" && g.log_format != "json") {
+        std::cerr << "forkbox: unknown log-format \"" << g.log_format << "\"\n";
+        return 1;
+    }
+    log::configure(g.log_file, g.log_format == "json", g.debug);
+    if (i >= argc) {
+        std::cout << kUsage;
+        return 0;
+    }
+    std::string verb = argv[i];
+    std::vector<std::string> args(argv + i + 1, argv + argc);
+
+    static const std::map<std::string_view, Verb> verbs = {
+        {"create", cmd_create}, {"start", cmd_start},   {"run", cmd_run},
+        {"state", cmd_state},   {"kill", cmd_kill},     {"delete", cmd_delete},
+        {"list", cmd_list},     {"spec", cmd_spec},     {"features", cmd_features},
+    };
+    // runc verbs that later issues build: fail loudly rather than pretend.
+    static const char* not_yet[] = {"exec", "pause", "resume", "update", "events", "ps",
+                                    "checkpoint", "restore", "ps"};
+    auto it = verbs.find(verb);
+    if (it == verbs.end()) {
+        for (const char* n : not_yet)
+            if (verb == n) return report("\"" + verb + "\" is not implemented yet");
+        std::cerr << "forkbox: no such command: " << verb << "\n";
+        return 1;
+    }
+    if (g.systemd_cgroup && verb != "spec" && verb != "features")
+        return report("--systemd-cgroup is not supported yet: use cgroupfs paths");
+    if (!rootless.empty() && rootless != "false" && rootless != "auto" && ::geteuid() == 0)
+        log::debug("--rootless=" + rootless + " ignored when running as root");
+    try {
+        return it->second(g, args);
+    } catch (const UsageError& e) {
+        return report(e.what());
+    } catch (const po::error& e) {
+        return report(verb + ": " + e.what());
+    } catch (const std::exception& e) {
+        return report(verb + ": " + e.what());
+    }
+}

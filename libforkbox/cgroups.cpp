@@ -1,0 +1,212 @@
+#include "libforkbox/cgroups.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+
+#include "libforkbox/state.hpp"
+
+namespace forkbox {
+
+const CgroupHierarchy* CgroupLayout::unified() const {
+    for (const auto& h : hierarchies)
+        if (h.unified) return &h;
+    return nullptr;
+}
+
+namespace {
+std::vector<std::string_view> split(std::string_view s, char sep) {
+    std::vector<std::string_view> out;
+    size_t i = 0;
+    while (i <= s.size()) {
+        size_t j = s.find(sep, i);
+        if (j == std::string_view::npos) j = s.size();
+        out.push_back(s.substr(i, j - i));
+        i = j + 1;
+    }
+    return out;
+}
+}  // namespace
+
+CgroupLayout parse_cgroup_layout(std::string_view mountinfo) {
+    CgroupLayout layout;
+    std::set<std::string> seen_controllers;
+    bool any_v1 = false, any_v2 = false;
+    for (auto line : split(mountinfo, '\n')) {
+        if (line.empty()) continue;
+        // id parent maj:min root mountpoint options [optional...] - fstype source superopts
+        auto dash = line.find(" - ");
+        if (dash == std::string_view::npos) continue;
+        auto left = split(line.substr(0, dash), ' ');
+        auto right = split(line.substr(dash + 3), ' ');
+        if (left.size() < 5 || right.size() < 3) continue;
+        std::string_view root = left[3], mountpoint = left[4], fstype = right[0], super = right[2];
+        if (root != "/") continue;  // a bind of a sub-cgroup (inside a container): not a root
+        CgroupHierarchy h;
+        h.mountpoint = std::string(mountpoint);
+        if (fstype == "cgroup2") {
+            if (any_v2) continue;
+            h.unified = true;
+            any_v2 = true;
+        } else if (fstype == "cgroup") {
+            std::string ctrls;
+            for (auto opt : split(super, ',')) {
+                if (opt == "rw" || opt == "ro" || opt.empty() || opt == "clone_children" ||
+                    opt == "noprefix" || opt == "xattr" || opt.starts_with("release_agent=") ||
+                    opt == "cpuset_v2_mode" || opt == "favordynmods")
+                    continue;
+                if (!ctrls.empty()) ctrls += ',';
+                ctrls += opt;
+            }
+            if (ctrls.empty() || !seen_controllers.insert(ctrls).second) continue;
+            h.controllers = ctrls;
+            any_v1 = true;
+        } else {
+            continue;
+        }
+        layout.hierarchies.push_back(std::move(h));
+    }
+    if (any_v1 && any_v2)
+        layout.mode = CgroupMode::Hybrid;
+    else if (any_v1)
+        layout.mode = CgroupMode::V1;
+    else if (any_v2)
+        layout.mode = CgroupMode::V2;
+    return layout;
+}
+
+Result<CgroupLayout> detect_cgroup_layout() {
+    FB_ASSIGN(auto text, read_file("/proc/self/mountinfo"));
+    return parse_cgroup_layout(text);
+}
+
+namespace {
+bool has_controller(const std::string& controllers, std::string_view name) {
+    for (auto c : split(controllers, ','))
+        if (c == name) return true;
+    return false;
+}
+
+// A new v1 cpuset starts with empty cpus and mems, and attaching a task to it fails with
+// ENOSPC: copy the parent's values first, as runc does.
+Result<void> inherit_cpuset(const std::string& dir) {
+    std::string parent = dir.substr(0, dir.find_last_of('/'));
+    for (const char* file : {"cpuset.cpus", "cpuset.mems"}) {
+        auto value = read_file(parent + "/" + file);
+        if (!value) return std::unexpected(value.error());
+        std::string path = dir + "/" + file;
+        unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+        if (!fd) return sys_error("open " + path);
+        if (!value->empty() && ::write(fd.get(), value->data(), value->size()) < 0)
+            return sys_error("write " + path);
+    }
+    return {};
+}
+}  // namespace
+
+CgroupPlacement::~CgroupPlacement() {
+    if (!committed_ && !created_.empty()) (void)remove_cgroups(created_);
+}
+
+Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::string& path) {
+    CgroupPlacement p;
+    for (const auto& h : layout.hierarchies) {
+        bool is_cpuset = !h.unified && has_controller(h.controllers, "cpuset");
+        std::string dir = h.mountpoint;
+        size_t i = 1;
+        while (i <= path.size()) {
+            size_t j = path.find('/', i);
+            if (j == std::string::npos) j = path.size();
+            if (j > i) {
+                dir += "/";
+                dir.append(path, i, j - i);
+                if (::mkdir(dir.c_str(), 0755) == 0) {
+                    p.created_.push_back(dir);
+                    if (is_cpuset) FB_TRY(inherit_cpuset(dir));
+                } else if (errno != EEXIST) {
+                    return sys_error("create cgroup " + dir);
+                }
+            }
+            i = j + 1;
+        }
+        p.dirs_.push_back(dir);
+        if (h.unified) {
+            p.unified_fd_.reset(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+            if (!p.unified_fd_) return sys_error("open cgroup " + dir);
+        }
+    }
+    return p;
+}
+
+Result<void> CgroupPlacement::attach(pid_t pid, bool skip_unified) const {
+    std::string pid_text = std::to_string(pid);
+    for (const auto& dir : dirs_) {
+        if (skip_unified && unified_fd_.valid()) {
+            // the unified dir is the one opened as unified_fd_
+            struct stat a, b;
+            if (::fstat(unified_fd_.get(), &a) == 0 && ::stat(dir.c_str(), &b) == 0 &&
+                a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+                continue;
+        }
+        std::string procs = dir + "/cgroup.procs";
+        unique_fd fd(::open(procs.c_str(), O_WRONLY | O_CLOEXEC));
+        if (!fd) return sys_error("open " + procs);
+        if (::write(fd.get(), pid_text.data(), pid_text.size()) < 0)
+            return sys_error("attach " + pid_text + " to " + dir);
+    }
+    return {};
+}
+
+Result<void> remove_cgroups(const std::vector<std::string>& created) {
+    std::vector<std::string> dirs = created;
+    // Children before parents: longest paths first.
+    std::sort(dirs.begin(), dirs.end(),
+              [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+    auto is_leaf = [&](const std::string& d) {
+        for (const auto& other : dirs)
+            if (other.size() > d.size() && other.starts_with(d) && other[d.size()] == '/') return false;
+        return true;
+    };
+    Result<void> result;
+    for (const auto& d : dirs) {
+        bool leaf = is_leaf(d);
+        int tries = 0;
+        while (::rmdir(d.c_str()) < 0) {
+            if (errno == ENOENT) break;
+            // A parent we made may since hold other containers' cgroups: leave it.
+            if (!leaf && (errno == EBUSY || errno == ENOTEMPTY)) break;
+            // A leaf stays busy for a moment while the kernel releases exited tasks.
+            if (errno == EBUSY && ++tries < 200) {
+                struct timespec ts {0, 5 * 1000 * 1000};
+                nanosleep(&ts, nullptr);
+                continue;
+            }
+            if (result) result = sys_error("remove cgroup " + d);
+            break;
+        }
+    }
+    return result;
+}
+
+std::vector<pid_t> cgroup_pids(const std::string& dir) {
+    std::vector<pid_t> pids;
+    auto text = read_file(dir + "/cgroup.procs");
+    if (!text) return pids;
+    const char* p = text->c_str();
+    while (*p) {
+        char* end;
+        long v = std::strtol(p, &end, 10);
+        if (end == p) break;
+        if (v > 0) pids.push_back(static_cast<pid_t>(v));
+        p = end;
+        while (*p == '\n') ++p;
+    }
+    return pids;
+}
+
+}  // namespace forkbox

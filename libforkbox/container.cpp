@@ -1,0 +1,243 @@
+// start, kill, delete, state, list: the verbs that act on an existing container.
+#include "libforkbox/container.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "libforkbox/cgroups.hpp"
+#include "libforkbox/hooks.hpp"
+#include "libforkbox/log.hpp"
+#include "libforkbox/pidfd.hpp"
+#include "libforkbox/syscalls.hpp"
+#include "oci/json.hpp"
+#include "oci/parse.hpp"
+
+namespace forkbox {
+
+const char* status_name(Status s) {
+    switch (s) {
+    case Status::Creating: return "creating";
+    case Status::Created: return "created";
+    case Status::Running: return "running";
+    case Status::Stopped: return "stopped";
+    }
+    return "unknown";
+}
+
+Status derive_status(const ContainerState& s, bool fifo_exists) {
+    if (s.pid <= 0) return Status::Stopped;
+    if (!process_alive(s.pid, s.pid_start_time)) return Status::Stopped;
+    return fifo_exists ? Status::Created : Status::Running;
+}
+
+// The state document hooks get on stdin (runtime.md "State").
+std::string hook_state_json(const ContainerState& s, const char* status) {
+    json::Writer w;
+    w.begin_object();
+    w.key("ociVersion").value(s.oci_version);
+    w.key("id").value(s.id);
+    w.key("status").value(status);
+    if (s.pid > 0) w.key("pid").value(static_cast<int64_t>(s.pid));
+    w.key("bundle").value(s.bundle);
+    if (!s.annotations.empty()) {
+        w.key("annotations").begin_object();
+        for (const auto& [k, v] : s.annotations) w.key(k).value(v);
+        w.end_object();
+    }
+    w.end_object();
+    return w.take();
+}
+
+std::string state_document(const ContainerInfo& info, bool pretty) {
+    const auto& s = info.state;
+    json::Writer w(pretty);
+    w.begin_object();
+    w.key("ociVersion").value(s.oci_version);
+    w.key("id").value(s.id);
+    w.key("pid").value(static_cast<int64_t>(info.status == Status::Stopped ? 0 : s.pid));
+    w.key("status").value(status_name(info.status));
+    w.key("bundle").value(s.bundle);
+    w.key("rootfs").value(s.rootfs);
+    w.key("created").value(s.created);
+    if (!s.annotations.empty()) {
+        w.key("annotations").begin_object();
+        for (const auto& [k, v] : s.annotations) w.key(k).value(v);
+        w.end_object();
+    }
+    w.key("owner").value(s.owner);
+    w.end_object();
+    return w.take();
+}
+
+namespace {
+
+std::string owner_of(const ContainerDir& dir) {
+    struct stat st;
+    if (::fstat(dir.fd(), &st) < 0) return "";
+    struct passwd* pw = ::getpwuid(st.st_uid);
+    return pw ? pw->pw_name : std::to_string(st.st_uid);
+}
+
+Result<ContainerInfo> load_info(const ContainerDir& dir) {
+    ContainerInfo info;
+    FB_ASSIGN(info.state, dir.read_state());
+    info.state.owner = owner_of(dir);
+    info.status = derive_status(info.state, dir.fifo_exists());
+    return info;
+}
+
+Result<ContainerDir> open_existing(const StateStore& store, const std::string& id) {
+    auto dir = store.open(id);
+    if (!dir && dir.error().errnum() == ENOENT) return fail(ENOENT, "container " + id + " does not exist");
+    return dir;
+}
+
+// Signals every process of the container: the cgroup lists them all.
+void signal_all(const ContainerState& s, int sig) {
+    for (const auto& d : s.cgroup_dirs) {
+        for (pid_t p : cgroup_pids(d)) ::kill(p, sig);
+        break;  // one hierarchy lists every process
+    }
+}
+
+// Kills init and, without a pid namespace of its own, everything in its cgroup; waits.
+void kill_and_wait(const ContainerState& s) {
+    auto pidfd = open_pidfd(s.pid, s.pid_start_time);
+    if (pidfd) sys::pidfd_send_signal(pidfd->get(), SIGKILL);
+    if (!s.own_pid_namespace) signal_all(s, SIGKILL);
+    if (pidfd) wait_pidfd_exit(pidfd->get(), 10000);
+}
+
+void run_poststop_hooks(const ContainerDir& dir, const ContainerState& s) {
+    auto text = read_file_at(dir.fd(), kConfigFile);
+    if (!text) return;
+    auto spec = oci::parse_config(*text);
+    if (!spec || !spec->hooks || spec->hooks->poststop.empty()) return;
+    ContainerState stopped = s;
+    stopped.pid = 0;
+    std::string hs = hook_state_json(stopped, "stopped");
+    for (size_t i = 0; i < spec->hooks->poststop.size(); ++i) {
+        // Runtime-spec: a failing poststop hook is a warning; the others still run.
+        if (auto r = run_hook(spec->hooks->poststop[i], hs); !r)
+            log::warn("poststop hook #" + std::to_string(i) + ": " + r.error().what());
+    }
+}
+
+Result<void> destroy(ContainerDir& dir, const ContainerState& s) {
+    if (s.pid > 0) kill_and_wait(s);
+    if (!s.own_pid_namespace) signal_all(s, SIGKILL);
+    auto cg = remove_cgroups(s.cgroup_dirs_created);
+    run_poststop_hooks(dir, s);
+    FB_TRY(dir.remove());
+    return cg;
+}
+
+}  // namespace
+
+Result<ContainerInfo> container_info(const StateStore& store, const std::string& id) {
+    FB_ASSIGN(ContainerDir dir, open_existing(store, id));
+    return load_info(dir);
+}
+
+Result<std::vector<ContainerInfo>> list_containers(const StateStore& store) {
+    std::vector<ContainerInfo> out;
+    FB_ASSIGN(auto ids, store.list());
+    for (const auto& id : ids) {
+        auto dir = store.open(id);
+        if (!dir) continue;  // deleted meanwhile
+        auto info = load_info(*dir);
+        if (info) out.push_back(std::move(*info));
+    }
+    return out;
+}
+
+Result<void> start_container(const StateStore& store, const std::string& id) {
+    FB_ASSIGN(ContainerDir dir, open_existing(store, id));
+    FB_ASSIGN(ContainerInfo info, load_info(dir));
+    if (info.status == Status::Stopped) return fail(EINVAL, "cannot start a container that has stopped");
+    if (info.status != Status::Created) return fail(EINVAL, "cannot start an already running container");
+
+    FB_ASSIGN(unique_fd pidfd, open_pidfd(info.state.pid, info.state.pid_start_time));
+    unique_fd fifo(::openat(dir.fd(), kExecFifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+    if (!fifo) return sys_error("open exec fifo");
+    // Wait for init's byte, or for init to die (then report it rather than hang).
+    for (;;) {
+        struct pollfd fds[2] = {{fifo.get(), POLLIN, 0}, {pidfd.get(), POLLIN, 0}};
+        int r = ::poll(fds, 2, -1);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return sys_error("poll exec fifo");
+        }
+        if (fds[0].revents & POLLIN) {
+            char c;
+            ssize_t n = ::read(fifo.get(), &c, 1);
+            if (n == 1) break;
+            if (n < 0 && errno == EAGAIN) continue;
+            return fail(EPIPE, "container init exited before start");
+        }
+        if (fds[1].revents) return fail(ESRCH, "container init exited before start");
+        if (fds[0].revents & POLLHUP) return fail(EPIPE, "container init exited before start");
+    }
+    ::unlinkat(dir.fd(), kExecFifo, 0);
+
+    auto text = read_file_at(dir.fd(), kConfigFile);
+    if (text) {
+        auto spec = oci::parse_config(*text);
+        if (spec && spec->hooks && !spec->hooks->poststart.empty()) {
+            auto r = run_hooks(spec->hooks->poststart, hook_state_json(info.state, "running"), "poststart");
+            if (!r) {
+                // Runtime-spec 1.3: a failed poststart hook is an error and stops the container.
+                kill_and_wait(info.state);
+                return r;
+            }
+        }
+    }
+    return {};
+}
+
+Result<void> kill_container(const StateStore& store, const std::string& id, int sig, bool all) {
+    FB_ASSIGN(ContainerDir dir, open_existing(store, id));
+    FB_ASSIGN(ContainerInfo info, load_info(dir));
+    if (info.status == Status::Stopped) {
+        if (all) return {};  // nothing left to signal (runc accepts this too)
+        return fail(ESRCH, "container not running");
+    }
+    if (all) {
+        signal_all(info.state, sig);
+        if (!info.state.cgroup_dirs.empty()) return {};
+    }
+    FB_ASSIGN(unique_fd pidfd, open_pidfd(info.state.pid, info.state.pid_start_time));
+    if (sys::pidfd_send_signal(pidfd.get(), sig) < 0) return sys_error("kill container " + id);
+    return {};
+}
+
+Result<void> delete_container(const StateStore& store, const std::string& id, bool force) {
+    auto opened = open_existing(store, id);
+    if (!opened) {
+        if (force && opened.error().errnum() == ENOENT) return {};
+        return std::unexpected(opened.error());
+    }
+    ContainerDir dir = std::move(*opened);
+    auto info = load_info(dir);
+    if (!info) {
+        // Unreadable state (a crashed create): only --force may clean it up.
+        if (!force) return std::unexpected(info.error());
+        return dir.remove();
+    }
+    switch (info->status) {
+    case Status::Stopped:
+    case Status::Created:  // init waits on the fifo: runc deletes it, containerd relies on that
+        break;
+    default:
+        if (!force)
+            return fail(EINVAL, "cannot delete container " + id + " that is not stopped: " +
+                                    status_name(info->status));
+    }
+    return destroy(dir, info->state);
+}
+
+}  // namespace forkbox

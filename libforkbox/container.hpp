@@ -1,0 +1,58 @@
+// Container lifecycle: create, start, run, kill, delete, state, list. Each verb of the CLI
+// calls exactly one of these.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "libforkbox/error.hpp"
+#include "libforkbox/state.hpp"
+
+namespace forkbox {
+
+struct CreateOptions {
+    std::string id;
+    std::string bundle = ".";
+    std::string pid_file;
+    std::string console_socket;
+    bool no_pivot = false;
+    bool no_new_keyring = false;
+    int preserve_fds = 0;
+};
+
+enum class Status { Creating, Created, Running, Stopped };
+const char* status_name(Status s);
+
+// A container as `state` and `list` report it.
+struct ContainerInfo {
+    ContainerState state;
+    Status status = Status::Stopped;
+};
+
+// Creates the container and leaves init waiting on the exec fifo. Returns init's pid.
+Result<pid_t> create_container(const StateStore& store, const CreateOptions& options);
+Result<void> start_container(const StateStore& store, const std::string& id);
+Result<void> kill_container(const StateStore& store, const std::string& id, int signal, bool all);
+Result<void> delete_container(const StateStore& store, const std::string& id, bool force);
+Result<ContainerInfo> container_info(const StateStore& store, const std::string& id);
+Result<std::vector<ContainerInfo>> list_containers(const StateStore& store);
+
+// The OCI state document (runtime.md) plus runc's extra fields, indented like runc.
+std::string state_document(const ContainerInfo& info, bool pretty);
+
+struct RunOptions {
+    CreateOptions create;
+    bool detach = false;
+    bool keep = false;
+};
+
+// create + start + wait, forwarding signals; returns the container's exit code
+// (128 + N when killed by signal N), or 0 with detach.
+Result<int> run_container(const StateStore& store, const RunOptions& options);
+
+// Status from a saved state: liveness of pid+start time and whether the exec fifo remains.
+Status derive_status(const ContainerState& s, bool fifo_exists);
+
+}  // namespace forkbox

@@ -1,0 +1,227 @@
+// `create`: Spec -> validate -> Plan -> clone init and drive it through the sync protocol.
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+
+#include "libforkbox/cgroups.hpp"
+#include "libforkbox/container.hpp"
+#include "libforkbox/hooks.hpp"
+#include "libforkbox/init.hpp"
+#include "libforkbox/log.hpp"
+#include "libforkbox/namespaces.hpp"
+#include "libforkbox/pidfd.hpp"
+#include "libforkbox/plan.hpp"
+#include "libforkbox/sync.hpp"
+#include "libforkbox/syscalls.hpp"
+#include "oci/json.hpp"
+#include "oci/parse.hpp"
+#include "oci/validate.hpp"
+
+namespace forkbox {
+
+std::string hook_state_json(const ContainerState& s, const char* status);
+
+namespace {
+
+// Removes a half-made container directory unless dismissed.
+struct ContainerDirGuard {
+    ContainerDir* dir;
+    bool armed = true;
+    ~ContainerDirGuard() {
+        if (armed) (void)dir->remove();
+    }
+};
+
+Result<std::string> absolute_bundle(const std::string& bundle) {
+    char* real = ::realpath(bundle.c_str(), nullptr);
+    if (!real) return sys_error("bundle " + bundle);
+    std::string out(real);
+    std::free(real);
+    struct stat st;
+    if (::stat(out.c_str(), &st) < 0 || !S_ISDIR(st.st_mode)) return fail(ENOTDIR, "bundle " + bundle + " is not a directory");
+    return out;
+}
+
+struct LoadedConfig {
+    oci::Spec spec;
+    std::string text;
+};
+
+Result<LoadedConfig> load_bundle_config(const std::string& bundle) {
+    LoadedConfig c;
+    std::string path = bundle + "/config.json";
+    auto text = read_file(path);
+    if (!text) {
+        if (text.error().errnum() == ENOENT) return fail(ENOENT, "JSON specification file " + path + " not found");
+        return std::unexpected(text.error());
+    }
+    c.text = std::move(*text);
+    auto spec = oci::parse_config(c.text);
+    if (!spec) return std::unexpected(spec.error().wrap("config.json"));
+    c.spec = std::move(*spec);
+    FB_TRY_CTX(oci::validate(c.spec), "config.json");
+    return c;
+}
+
+// Drives init from Go to Ready. Returns init's pid (the clone child, or the grandchild the
+// intermediate process forked).
+Result<pid_t> drive_init(pid_t child, int sync_fd, const Plan& plan, ContainerState& state,
+                         std::optional<ChildGuard>& init_guard) {
+    state.pid = child;
+    FB_TRY(sync_send(sync_fd, SyncType::Go, 0, hook_state_json(state, "created")));
+    pid_t init_pid = plan.needs_intermediate() ? 0 : child;
+    for (;;) {
+        auto msg = sync_recv(sync_fd);
+        if (!msg) {
+            if (msg.error().errnum() == EPIPE) return fail(EPIPE, "container init exited during setup");
+            return std::unexpected(msg.error());
+        }
+        switch (msg->type) {
+        case SyncType::UsernsReady:
+            FB_TRY(write_id_mappings(child, plan.uid_mappings, plan.gid_mappings));
+            FB_TRY(sync_send(sync_fd, SyncType::UsernsDone));
+            break;
+        case SyncType::InitPid:
+            init_pid = msg->value;
+            init_guard.emplace(init_pid);
+            state.pid = init_pid;
+            break;
+        case SyncType::RuntimeHooks: {
+            std::string hs = hook_state_json(state, "created");
+            FB_TRY(run_hooks(plan.hooks.prestart, hs, "prestart"));
+            FB_TRY(run_hooks(plan.hooks.create_runtime, hs, "createRuntime"));
+            FB_TRY(sync_send(sync_fd, SyncType::RuntimeHooksDone));
+            break;
+        }
+        case SyncType::Ready:
+            if (init_pid <= 0) return fail(EPROTO, "sync: init ready before its pid was known");
+            return init_pid;
+        case SyncType::Error: return fail(msg->value, msg->payload);
+        default:
+            return fail(EPROTO, std::string("sync: unexpected message ") + sync_type_name(msg->type));
+        }
+    }
+}
+
+}  // namespace
+
+Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt) {
+    FB_TRY(validate_container_id(opt.id));
+    FB_ASSIGN(std::string bundle, absolute_bundle(opt.bundle));
+    FB_ASSIGN(LoadedConfig cfg, load_bundle_config(bundle));
+    const oci::Spec& spec = cfg.spec;
+    if (spec.process && spec.process->terminal) {
+        if (opt.console_socket.empty())
+            return fail(EINVAL, "cannot allocate tty if forkbox will detach without setting console socket");
+        return fail(EOPNOTSUPP, "process.terminal: terminals are not supported yet");
+    }
+    FB_ASSIGN(Plan plan, make_plan(spec, PlanOptions{opt.id, bundle}));
+    if (!spec.process || plan.process.args.empty()) return fail(EINVAL, "config.json: process.args must not be empty");
+
+    FB_ASSIGN(ContainerDir dir, store.create(opt.id));
+    ContainerDirGuard dir_guard{&dir};
+    FB_TRY(write_file_atomic(dir.fd(), kConfigFile, cfg.text, 0600));
+    if (::mknodat(dir.fd(), kExecFifo, S_IFIFO | 0600, 0) < 0) return sys_error("create exec fifo");
+    // Any container user must be able to open the write end (runc uses 0622 too).
+    if (::fchmodat(dir.fd(), kExecFifo, 0622, 0) < 0) return sys_error("chmod exec fifo");
+
+    ContainerState state;
+    state.oci_version = spec.oci_version;
+    state.id = opt.id;
+    state.bundle = bundle;
+    state.rootfs = plan.rootfs;
+    state.created = rfc3339_now();
+    state.annotations = spec.annotations;
+    state.own_pid_namespace = plan.own_pid_namespace();
+    // A state file from the start, so `delete --force` can clean up after a crashed create.
+    FB_TRY(dir.write_state(state));
+
+    FB_ASSIGN(CgroupLayout layout, detect_cgroup_layout());
+    FB_ASSIGN(CgroupPlacement cgroups, create_cgroups(layout, plan.cgroups_path));
+    state.cgroup_dirs = cgroups.dirs();
+    state.cgroup_dirs_created = cgroups.created();
+    FB_ASSIGN(auto namespaces, open_namespaces(plan.joins));
+
+    int sp[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) return sys_error("socketpair");
+    unique_fd parent_end(sp[0]), child_end(sp[1]);
+
+    InitArgs args;
+    args.plan = &plan;
+    args.cgroup_layout = &layout;
+    args.cgroup_dirs = cgroups.dirs();
+    args.namespaces = &namespaces;
+    args.sync_fd = child_end.get();
+    args.state_dir_fd = dir.fd();
+    args.lock_fd = dir.lock_fd();
+    args.no_pivot = opt.no_pivot;
+    args.preserve_fds = opt.preserve_fds;
+    args.intermediate = plan.needs_intermediate();
+
+    // Namespaces come with the clone itself, except those init unshares later and, on the
+    // intermediate path, all of them (joins must happen first).
+    uint64_t flags = args.intermediate ? 0 : (plan.new_namespaces & ~(CLONE_NEWCGROUP | CLONE_NEWTIME));
+    std::fflush(nullptr);
+    pid_t child = sys::clone3_fork(flags, cgroups.unified_fd());
+    if (child < 0) return sys_error("clone container init");
+    if (child == 0) {
+        parent_end.reset();
+        container_init(args);
+    }
+    ChildGuard child_guard(child);
+    std::optional<ChildGuard> init_guard;
+    // The child's end is the child's now: keeping a copy would hide its exit from recv().
+    child_end.reset();
+    namespaces.clear();
+
+    FB_TRY_CTX(cgroups.attach(child, cgroups.unified_fd() >= 0), "cgroup placement");
+    auto init_pid = drive_init(child, parent_end.get(), plan, state, init_guard);
+    if (!init_pid) {
+        // Runtime-spec: a failed create-phase hook stops the container and the lifecycle
+        // continues with delete, which runs the poststop hooks.
+        child_guard.kill_now();
+        init_guard.reset();
+        if (!plan.hooks.poststop.empty()) {
+            std::string hs = hook_state_json(state, "stopped");
+            for (const auto& h : plan.hooks.poststop)
+                if (auto r = run_hook(h, hs); !r) log::warn("poststop hook: " + r.error().what());
+        }
+        return std::unexpected(init_pid.error());
+    }
+    if (plan.needs_intermediate()) {
+        // The intermediate exits right after reporting init's pid.
+        child_guard.dismiss();
+        (void)wait_child(child);
+    }
+    state.pid = *init_pid;
+    auto st = read_proc_stat(state.pid);
+    if (!st) return fail(ESRCH, "container init exited during setup");
+    state.pid_start_time = st->start_time;
+    FB_TRY(dir.write_state(state));
+    if (!opt.pid_file.empty()) {
+        std::string pid_text = std::to_string(state.pid);
+        std::string pf = opt.pid_file;
+        std::string pdir = ".", pname = pf;
+        if (auto slash = pf.find_last_of('/'); slash != std::string::npos) {
+            pdir = slash == 0 ? "/" : pf.substr(0, slash);
+            pname = pf.substr(slash + 1);
+        }
+        unique_fd pdfd(::open(pdir.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
+        if (!pdfd) return sys_error("open pid file directory " + pdir);
+        FB_TRY_CTX(write_file_atomic(pdfd.get(), pname, pid_text, 0644), "pid file " + pf);
+    }
+    child_guard.dismiss();
+    if (init_guard) init_guard->dismiss();
+    cgroups.commit();
+    dir_guard.armed = false;
+    log::debug("created container " + opt.id + " with init pid " + std::to_string(state.pid));
+    return state.pid;
+}
+
+}  // namespace forkbox

@@ -1,0 +1,20 @@
+// OCI hooks: each runs with the container state JSON on stdin, with an optional timeout.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "libforkbox/error.hpp"
+#include "oci/spec.hpp"
+
+namespace forkbox {
+
+// Runs one hook and waits for it. A non-zero exit, a signal or a timeout is an error that
+// carries what the hook printed.
+Result<void> run_hook(const oci::Hook& hook, std::string_view state_json);
+
+// Runs hooks in order, stopping at the first failure ("<phase> hook #N: ...").
+Result<void> run_hooks(const std::vector<oci::Hook>& hooks, std::string_view state_json, const char* phase);
+
+}  // namespace forkbox

@@ -1,0 +1,162 @@
+#include "libforkbox/init.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "libforkbox/caps.hpp"
+#include "libforkbox/hooks.hpp"
+#include "libforkbox/process.hpp"
+#include "libforkbox/rootfs.hpp"
+#include "libforkbox/state.hpp"
+#include "libforkbox/sync.hpp"
+#include "libforkbox/syscalls.hpp"
+
+namespace forkbox {
+
+namespace {
+
+// New namespaces created by unshare() after the clone (the rest come with clone3 itself).
+constexpr int kUnsharedLater = CLONE_NEWCGROUP | CLONE_NEWTIME;
+
+Result<void> map_user_namespace(const InitArgs& a) {
+    FB_TRY(sync_send(a.sync_fd, SyncType::UsernsReady));
+    FB_TRY(sync_expect(a.sync_fd, SyncType::UsernsDone));
+    return become_namespace_root();
+}
+
+// The intermediate process: joins namespaces by path, creates the new ones, and forks init
+// with CLONE_PARENT so init is the `create` process's own child. Returns in init only.
+Result<void> intermediate_stage(InitArgs& a) {
+    const Plan& plan = *a.plan;
+    FB_TRY(join_namespaces(*a.namespaces));
+    if (plan.new_namespaces & CLONE_NEWUSER) {
+        if (::unshare(CLONE_NEWUSER) < 0) return sys_error("unshare user namespace");
+        FB_TRY(map_user_namespace(a));
+    }
+    int rest = plan.new_namespaces & ~(CLONE_NEWUSER | CLONE_NEWPID | kUnsharedLater);
+    if (rest && ::unshare(rest) < 0) return sys_error("unshare namespaces");
+    pid_t pid = sys::clone3_fork(CLONE_PARENT | (plan.new_namespaces & CLONE_NEWPID));
+    if (pid < 0) return sys_error("clone init");
+    if (pid > 0) {
+        (void)sync_send(a.sync_fd, SyncType::InitPid, pid);
+        _exit(0);
+    }
+    return {};
+}
+
+Result<void> run_init(InitArgs& a, std::string& state_json) {
+    const Plan& plan = *a.plan;
+    // flock belongs to the open file, which the clone shares: keeping it would block every
+    // later verb on this container.
+    ::close(a.lock_fd);
+    // Until create finishes, die with it rather than linger half-made.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // Nothing in the container may open this process's /proc files (and through them the
+    // forkbox binary) before execve resets dumpability.
+    ::prctl(PR_SET_DUMPABLE, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+
+    FB_ASSIGN(auto go, sync_expect(a.sync_fd, SyncType::Go));
+    state_json = std::move(go.payload);
+
+    if (a.intermediate) {
+        FB_TRY(intermediate_stage(a));
+    } else if (plan.new_namespaces & CLONE_NEWUSER) {
+        FB_TRY(map_user_namespace(a));
+    }
+    bool in_userns = (plan.new_namespaces & CLONE_NEWUSER) != 0;
+    for (const auto& j : plan.joins) in_userns |= j.clone_flag == CLONE_NEWUSER;
+
+    // After cgroup placement, so the namespace's root is the container's cgroup.
+    if ((plan.new_namespaces & CLONE_NEWCGROUP) && ::unshare(CLONE_NEWCGROUP) < 0)
+        return sys_error("unshare cgroup namespace");
+    if (plan.new_namespaces & CLONE_NEWTIME) FB_TRY(enter_new_time_namespace(plan.time_offsets));
+    if (plan.set_hostname) FB_TRY(set_hostname(plan.hostname));
+    if (plan.set_domainname) FB_TRY(set_domainname(plan.domainname));
+
+    RootfsContext ctx{plan, *a.cgroup_layout, a.cgroup_dirs, in_userns,
+                      (plan.new_namespaces & CLONE_NEWCGROUP) != 0};
+    FB_TRY(prepare_rootfs(ctx));
+
+    if (!plan.hooks.prestart.empty() || !plan.hooks.create_runtime.empty()) {
+        FB_TRY(sync_send(a.sync_fd, SyncType::RuntimeHooks));
+        FB_TRY(sync_expect(a.sync_fd, SyncType::RuntimeHooksDone));
+    }
+    FB_TRY(run_hooks(plan.hooks.create_container, state_json, "createContainer"));
+
+    // Without a mount namespace a pivot would move the host's root: chroot instead.
+    FB_TRY(enter_rootfs(plan.rootfs, a.no_pivot || !plan.has_mount_namespace));
+    FB_TRY(finalize_rootfs(ctx));
+    FB_TRY(apply_sysctls(plan.sysctl));
+
+    const oci::Process& proc = plan.process;
+    FB_TRY(apply_rlimits(proc.rlimits));
+    if (proc.oom_score_adj) FB_TRY(set_oom_score_adj(*proc.oom_score_adj));
+    if (::chdir(proc.cwd.c_str()) < 0) return sys_error("chdir to cwd " + proc.cwd);
+
+    std::optional<CapabilitySets> caps;
+    if (proc.capabilities) {
+        FB_ASSIGN(caps, capability_sets(*proc.capabilities));
+        FB_TRY(drop_bounding_set(caps->bounding));
+    }
+    // Keep permitted capabilities across the uid change; apply_capabilities sets them.
+    if (::prctl(PR_SET_KEEPCAPS, 1) < 0) return sys_error("prctl keepcaps");
+    FB_TRY(set_credentials(proc.user));
+    if (::prctl(PR_SET_KEEPCAPS, 0) < 0) return sys_error("prctl keepcaps");
+    if (caps) FB_TRY(apply_capabilities(*caps));
+    ::umask(proc.user.umask.value_or(022));
+
+    if (proc.args.empty()) return fail(EINVAL, "process.args must not be empty");
+    FB_ASSIGN(std::string exe, find_executable(proc.args[0], proc.env));
+    if (proc.no_new_privileges && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return sys_error("prctl no_new_privs");
+
+    ::prctl(PR_SET_PDEATHSIG, 0);
+    FB_TRY(sync_send(a.sync_fd, SyncType::Ready));
+    ::close(a.sync_fd);
+    a.sync_fd = -1;
+
+    // Blocks until `start` opens the other end.
+    int fifo = ::openat(a.state_dir_fd, kExecFifo, O_WRONLY | O_CLOEXEC);
+    if (fifo < 0) return sys_error("open exec fifo");
+    if (::write(fifo, "0", 1) != 1) return sys_error("write exec fifo");
+    ::close(fifo);
+    ::close(a.state_dir_fd);
+
+    FB_TRY(run_hooks(plan.hooks.start_container, state_json, "startContainer"));
+
+    std::vector<char*> argv, envp;
+    for (const auto& s : proc.args) argv.push_back(const_cast<char*>(s.c_str()));
+    argv.push_back(nullptr);
+    for (const auto& s : proc.env) envp.push_back(const_cast<char*>(s.c_str()));
+    envp.push_back(nullptr);
+    // No host fd may survive into the container (CVE-2024-21626 class).
+    sys::close_range(static_cast<unsigned>(3 + a.preserve_fds), ~0U, CLOSE_RANGE_CLOEXEC);
+    ::execve(exe.c_str(), argv.data(), envp.data());
+    return fail(0, "exec: \"" + proc.args[0] + "\": " + go_errno_text(errno));
+}
+
+}  // namespace
+
+void container_init(InitArgs& a) {
+    std::string state_json;
+    auto r = run_init(a, state_json);
+    std::string msg = r.error().what();
+    if (a.sync_fd >= 0) {
+        (void)sync_send(a.sync_fd, SyncType::Error, r.error().errnum(), msg);
+    } else {
+        // After create returned there is no parent to tell: say it on stderr like runc.
+        dprintf(2, "forkbox: %s\n", msg.c_str());
+    }
+    _exit(r.error().errnum() == 0 ? 127 : 1);
+}
+
+}  // namespace forkbox

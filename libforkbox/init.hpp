@@ -1,0 +1,30 @@
+// The container's init: everything between clone and execve, in the child.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "libforkbox/cgroups.hpp"
+#include "libforkbox/namespaces.hpp"
+#include "libforkbox/plan.hpp"
+
+namespace forkbox {
+
+struct InitArgs {
+    const Plan* plan = nullptr;
+    const CgroupLayout* cgroup_layout = nullptr;
+    std::vector<std::string> cgroup_dirs;
+    std::vector<OpenNamespace>* namespaces = nullptr;  // to join (intermediate path only)
+    int sync_fd = -1;
+    int state_dir_fd = -1;  // holds the exec fifo
+    int lock_fd = -1;       // the parent's flock: closed at once, or the child would hold it
+    bool no_pivot = false;
+    int preserve_fds = 0;
+    bool intermediate = false;  // this process joins namespaces and forks init itself
+};
+
+// Runs in the cloned child and never returns: it execs the container process or reports
+// an error to the parent over the sync socket and exits.
+[[noreturn]] void container_init(InitArgs& args);
+
+}  // namespace forkbox

@@ -1,0 +1,90 @@
+#include "libforkbox/mounts.hpp"
+
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+
+#include "libforkbox/syscalls.hpp"
+
+namespace forkbox {
+
+namespace {
+constexpr uint64_t kResolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+}
+
+std::string fd_path(int fd) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "/proc/self/fd/%d", fd);
+    return buf;
+}
+
+Result<unique_fd> open_in_root(int root_fd, const std::string& path) {
+    const char* rel = path.c_str();
+    while (*rel == '/') ++rel;
+    if (*rel == 0) rel = ".";
+    int fd;
+    do {
+        fd = sys::openat2(root_fd, rel, O_PATH | O_CLOEXEC, 0, kResolve);
+    } while (fd < 0 && errno == EAGAIN);  // openat2 asks to retry when a rename raced it
+    if (fd < 0) return sys_error("open " + path + " in rootfs");
+    return unique_fd(fd);
+}
+
+Result<unique_fd> create_in_root(int root_fd, const std::string& path, bool file) {
+    auto existing = open_in_root(root_fd, path);
+    if (existing) return existing;
+    if (existing.error().errnum() != ENOENT) return existing;
+
+    // Walk down the path: each prefix is resolved inside the root, each missing component
+    // is created relative to its (already confined) parent fd.
+    unique_fd dir;
+    FB_ASSIGN(dir, open_in_root(root_fd, "/"));
+    size_t i = 0;
+    std::string prefix;
+    while (i < path.size()) {
+        while (i < path.size() && path[i] == '/') ++i;
+        if (i >= path.size()) break;
+        size_t j = path.find('/', i);
+        if (j == std::string::npos) j = path.size();
+        std::string name = path.substr(i, j - i);
+        prefix += "/" + name;
+        bool last = j >= path.size() || path.find_first_not_of('/', j) == std::string::npos;
+        auto next = open_in_root(root_fd, prefix);
+        if (!next) {
+            if (next.error().errnum() != ENOENT) return next;
+            if (name == "..") return fail(ENOENT, "open " + prefix + " in rootfs");
+            // The parent must be a real directory (O_PATH fds cannot be used with mkdirat
+            // unless they are directories, which openat2 checked by resolving it).
+            if (last && file) {
+                int fd = ::openat(dir.get(), name.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0644);
+                if (fd < 0 && errno != EEXIST) return sys_error("create " + prefix + " in rootfs");
+                if (fd >= 0) ::close(fd);
+            } else if (::mkdirat(dir.get(), name.c_str(), 0755) < 0 && errno != EEXIST) {
+                return sys_error("mkdir " + prefix + " in rootfs");
+            }
+            next = open_in_root(root_fd, prefix);
+            if (!next) return next;
+        }
+        dir = std::move(*next);
+        i = j;
+    }
+    return dir;
+}
+
+Result<void> mount_on_fd(const char* source, int target_fd, const char* fstype, unsigned long flags,
+                         const char* data, const std::string& what) {
+    std::string target = fd_path(target_fd);
+    if (::mount(source, target.c_str(), fstype, flags, data) < 0) return sys_error("mount " + what);
+    return {};
+}
+
+Result<void> set_propagation(int target_fd, unsigned long flags, const std::string& what) {
+    std::string target = fd_path(target_fd);
+    if (::mount(nullptr, target.c_str(), nullptr, flags, nullptr) < 0)
+        return sys_error("set propagation of " + what);
+    return {};
+}
+
+}  // namespace forkbox

@@ -1,0 +1,116 @@
+#include "libforkbox/namespaces.hpp"
+
+#include <fcntl.h>
+#include <linux/nsfs.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace forkbox {
+
+namespace {
+Result<void> write_text(const std::string& path, const std::string& text) {
+    unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd) return sys_error("open " + path);
+    ssize_t n = ::write(fd.get(), text.data(), text.size());
+    if (n < 0) return sys_error("write " + path);
+    if (static_cast<size_t>(n) != text.size()) return fail(EIO, "short write to " + path);
+    return {};
+}
+}  // namespace
+
+Result<std::vector<OpenNamespace>> open_namespaces(const std::vector<NamespaceJoin>& joins) {
+    std::vector<OpenNamespace> out;
+    for (const auto& j : joins) {
+        OpenNamespace ns;
+        ns.clone_flag = j.clone_flag;
+        ns.path = j.path;
+        ns.fd.reset(::open(j.path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!ns.fd) return sys_error("open " + j.type + " namespace " + j.path);
+        int type = ::ioctl(ns.fd.get(), NS_GET_NSTYPE);
+        if (type < 0) return sys_error(j.path + " is not a namespace");
+        if (type != j.clone_flag)
+            return fail(EINVAL, "namespace path " + j.path + " is not a " + j.type + " namespace");
+        out.push_back(std::move(ns));
+    }
+    return out;
+}
+
+Result<void> join_namespaces(std::vector<OpenNamespace>& namespaces) {
+    std::vector<OpenNamespace*> retry;
+    OpenNamespace* user = nullptr;
+    for (auto& ns : namespaces) {
+        if (ns.clone_flag == CLONE_NEWUSER) {
+            user = &ns;
+            continue;
+        }
+        if (::setns(ns.fd.get(), ns.clone_flag) < 0) {
+            if (errno != EPERM) return sys_error("join namespace " + ns.path);
+            retry.push_back(&ns);
+        }
+    }
+    if (user && ::setns(user->fd.get(), CLONE_NEWUSER) < 0) return sys_error("join user namespace " + user->path);
+    for (auto* ns : retry)
+        if (::setns(ns->fd.get(), ns->clone_flag) < 0) return sys_error("join namespace " + ns->path);
+    for (auto& ns : namespaces) ns.fd.reset();
+    return {};
+}
+
+std::string format_id_mappings(const std::vector<oci::IdMapping>& maps) {
+    std::string out;
+    char line[80];
+    for (const auto& m : maps) {
+        std::snprintf(line, sizeof line, "%u %u %u\n", m.container_id, m.host_id, m.size);
+        out += line;
+    }
+    return out;
+}
+
+Result<void> write_id_mappings(pid_t pid, const std::vector<oci::IdMapping>& uids,
+                               const std::vector<oci::IdMapping>& gids) {
+    std::string base = "/proc/" + std::to_string(pid);
+    if (!uids.empty()) FB_TRY(write_text(base + "/uid_map", format_id_mappings(uids)));
+    if (!gids.empty()) FB_TRY(write_text(base + "/gid_map", format_id_mappings(gids)));
+    return {};
+}
+
+Result<void> enter_new_time_namespace(const std::vector<std::pair<std::string, oci::TimeOffset>>& offsets) {
+    if (::unshare(CLONE_NEWTIME) < 0) return sys_error("unshare time namespace");
+    // Offsets can only be written while no process lives in the namespace: write them
+    // first, then enter it ourselves.
+    std::string text;
+    char line[96];
+    for (const auto& [clock, off] : offsets) {
+        std::snprintf(line, sizeof line, "%s %lld %u\n", clock.c_str(), static_cast<long long>(off.secs),
+                      off.nanosecs);
+        text += line;
+    }
+    if (!text.empty()) FB_TRY(write_text("/proc/self/timens_offsets", text));
+    unique_fd ns(::open("/proc/self/ns/time_for_children", O_RDONLY | O_CLOEXEC));
+    if (!ns) return sys_error("open time_for_children");
+    if (::setns(ns.get(), CLONE_NEWTIME) < 0) return sys_error("enter time namespace");
+    return {};
+}
+
+Result<void> set_hostname(const std::string& name) {
+    if (::sethostname(name.data(), name.size()) < 0) return sys_error("sethostname " + name);
+    return {};
+}
+
+Result<void> set_domainname(const std::string& name) {
+    if (::setdomainname(name.data(), name.size()) < 0) return sys_error("setdomainname " + name);
+    return {};
+}
+
+Result<void> apply_sysctls(const std::vector<std::pair<std::string, std::string>>& sysctls) {
+    for (const auto& [key, value] : sysctls) {
+        std::string path = "/proc/sys/";
+        for (char c : key) path += (c == '.') ? '/' : c;
+        FB_TRY_CTX(write_text(path, value), "sysctl " + key);
+    }
+    return {};
+}
+
+}  // namespace forkbox

@@ -1,0 +1,105 @@
+#include "libforkbox/process.hpp"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstring>
+
+#include "oci/linux_names.hpp"
+
+namespace forkbox {
+
+std::string go_errno_text(int err) {
+    std::string s = std::strerror(err);
+    if (!s.empty()) s[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(s[0])));
+    return s;
+}
+
+Result<void> set_credentials(const oci::User& user) {
+    std::vector<gid_t> groups(user.additional_gids.begin(), user.additional_gids.end());
+    if (::setgroups(groups.size(), groups.data()) < 0) {
+        // A user namespace whose setgroups is "deny" cannot change groups at all.
+        if (errno != EPERM || !groups.empty()) return sys_error("setgroups");
+    }
+    if (::setresgid(user.gid, user.gid, user.gid) < 0) return sys_error("setgid " + std::to_string(user.gid));
+    if (::setresuid(user.uid, user.uid, user.uid) < 0) return sys_error("setuid " + std::to_string(user.uid));
+    return {};
+}
+
+Result<void> become_namespace_root() {
+    if (::setresgid(0, 0, 0) < 0) return sys_error("setgid 0 in user namespace");
+    if (::setresuid(0, 0, 0) < 0) return sys_error("setuid 0 in user namespace");
+    return {};
+}
+
+Result<void> apply_rlimits(const std::vector<oci::Rlimit>& rlimits) {
+    for (const auto& r : rlimits) {
+        auto res = oci::rlimit_from_name(r.type);
+        if (!res) return fail(EINVAL, "unknown rlimit " + r.type);
+        struct rlimit lim {static_cast<rlim_t>(r.soft), static_cast<rlim_t>(r.hard)};
+        if (::setrlimit(static_cast<__rlimit_resource>(*res), &lim) < 0) return sys_error("setrlimit " + r.type);
+    }
+    return {};
+}
+
+Result<void> set_oom_score_adj(int value) {
+    int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return sys_error("open /proc/self/oom_score_adj");
+    std::string text = std::to_string(value);
+    ssize_t n = ::write(fd, text.data(), text.size());
+    int e = errno;
+    ::close(fd);
+    if (n < 0) return sys_error(e, "set oom_score_adj to " + text);
+    return {};
+}
+
+namespace {
+bool is_executable_file(const std::string& path, int* err) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) < 0) {
+        *err = errno;
+        return false;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        *err = EACCES;
+        return false;
+    }
+    if (::access(path.c_str(), X_OK) < 0) {
+        *err = errno;
+        return false;
+    }
+    return true;
+}
+}  // namespace
+
+Result<std::string> find_executable(const std::string& name, const std::vector<std::string>& env) {
+    int err = 0;
+    if (name.empty()) return fail(EINVAL, "exec: empty command");
+    if (name.find('/') != std::string::npos) {
+        if (is_executable_file(name, &err)) return name;
+        return fail(0, "exec: \"" + name + "\": stat " + name + ": " + go_errno_text(err));
+    }
+    std::string path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    for (const auto& e : env)
+        if (e.starts_with("PATH=")) path = e.substr(5);
+    size_t i = 0;
+    bool denied = false;
+    while (i <= path.size()) {
+        size_t j = path.find(':', i);
+        if (j == std::string::npos) j = path.size();
+        std::string dir = path.substr(i, j - i);
+        if (dir.empty()) dir = ".";
+        std::string candidate = dir + "/" + name;
+        if (is_executable_file(candidate, &err)) return candidate;
+        if (err == EACCES) denied = true;
+        i = j + 1;
+    }
+    if (denied) return fail(0, "exec: \"" + name + "\": permission denied");
+    return fail(0, "exec: \"" + name + "\": executable file not found in $PATH");
+}
+
+}  // namespace forkbox

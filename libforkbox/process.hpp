@@ -1,0 +1,28 @@
+// The container process's own attributes: credentials, rlimits, oom score, the executable.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "libforkbox/error.hpp"
+#include "oci/spec.hpp"
+
+namespace forkbox {
+
+// setgroups, setresgid, setresuid from process.user.
+Result<void> set_credentials(const oci::User& user);
+
+// Inside a fresh user namespace: become its root (uid/gid 0), once the maps exist.
+Result<void> become_namespace_root();
+
+Result<void> apply_rlimits(const std::vector<oci::Rlimit>& rlimits);
+Result<void> set_oom_score_adj(int value);
+
+// Finds args[0] as execve would after PATH lookup in the container's environment.
+// Error text matches runc's, which podman maps to exit codes 126/127.
+Result<std::string> find_executable(const std::string& name, const std::vector<std::string>& env);
+
+// Error text in the style Go prints ("no such file or directory"): managers match on it.
+std::string go_errno_text(int err);
+
+}  // namespace forkbox

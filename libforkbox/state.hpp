@@ -1,0 +1,90 @@
+// The state directory (--root): one directory per container holding state.json (written
+// atomically), a copy of config.json, the exec fifo, and a lock file every verb flocks.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "libforkbox/error.hpp"
+#include "libforkbox/fd.hpp"
+
+namespace forkbox {
+
+inline constexpr const char* kStateFile = "state.json";
+inline constexpr const char* kConfigFile = "config.json";
+inline constexpr const char* kExecFifo = "exec.fifo";
+inline constexpr const char* kLockFile = "lock";
+
+// What forkbox remembers about a container between invocations.
+struct ContainerState {
+    std::string oci_version;
+    std::string id;
+    pid_t pid = 0;
+    uint64_t pid_start_time = 0;  // /proc/<pid>/stat field 22, so a reused pid is never signalled
+    std::string bundle;
+    std::string rootfs;
+    std::string created;  // RFC 3339 with nanoseconds, UTC
+    std::string owner;
+    std::map<std::string, std::string> annotations;
+    bool own_pid_namespace = false;
+    std::vector<std::string> cgroup_dirs;          // host dirs holding the container
+    std::vector<std::string> cgroup_dirs_created;  // the subset forkbox made, parents first
+};
+
+std::string serialize_state(const ContainerState& s);
+Result<ContainerState> parse_state(std::string_view json);
+
+// Ids: non-empty, at most 1024 bytes, no "/", not "." or "..", no control characters.
+Result<void> validate_container_id(const std::string& id);
+
+// An open, locked container directory. The lock is released when this is destroyed.
+class ContainerDir {
+public:
+    const std::string& path() const { return path_; }
+    int fd() const { return dirfd_.get(); }
+    int lock_fd() const { return lock_.get(); }
+    std::string file(const char* name) const { return path_ + "/" + name; }
+
+    Result<void> write_state(const ContainerState& s) const;
+    Result<ContainerState> read_state() const;
+    bool fifo_exists() const;
+    // Removes the directory and everything in it.
+    Result<void> remove();
+
+private:
+    friend class StateStore;
+    std::string path_;
+    unique_fd dirfd_;
+    unique_fd lock_;
+};
+
+class StateStore {
+public:
+    explicit StateStore(std::string root) : root_(std::move(root)) {}
+    const std::string& root() const { return root_; }
+
+    // Makes the container's directory (EEXIST if the id is taken) and locks it.
+    Result<ContainerDir> create(const std::string& id) const;
+    // Opens and locks an existing container's directory (ENOENT: no such container).
+    Result<ContainerDir> open(const std::string& id) const;
+    // Ids of every container under the root, sorted.
+    Result<std::vector<std::string>> list() const;
+
+private:
+    std::string root_;
+};
+
+// Atomic file replacement: write to a temp file beside it, fsync, rename.
+Result<void> write_file_atomic(int dirfd, const std::string& name, std::string_view data, mode_t mode);
+Result<std::string> read_file(const std::string& path);
+Result<std::string> read_file_at(int dirfd, const std::string& name);
+
+// Now as RFC 3339 with nanoseconds in UTC ("2026-12-01T03:44:33.123456789Z").
+std::string rfc3339_now();
+
+}  // namespace forkbox

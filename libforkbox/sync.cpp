@@ -1,0 +1,74 @@
+#include "libforkbox/sync.hpp"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cstring>
+#include <vector>
+
+namespace forkbox {
+
+namespace {
+struct Header {
+    uint32_t type;
+    int32_t value;
+};
+constexpr size_t kMaxPayload = 200 * 1024;
+}  // namespace
+
+const char* sync_type_name(SyncType t) {
+    switch (t) {
+    case SyncType::Go: return "go";
+    case SyncType::UsernsReady: return "userns-ready";
+    case SyncType::UsernsDone: return "userns-done";
+    case SyncType::InitPid: return "init-pid";
+    case SyncType::RuntimeHooks: return "runtime-hooks";
+    case SyncType::RuntimeHooksDone: return "runtime-hooks-done";
+    case SyncType::Ready: return "ready";
+    case SyncType::Error: return "error";
+    }
+    return "unknown";
+}
+
+Result<void> sync_send(int fd, SyncType type, int32_t value, std::string_view payload) {
+    if (payload.size() > kMaxPayload) payload = payload.substr(0, kMaxPayload);
+    Header h{static_cast<uint32_t>(type), value};
+    struct iovec iov[2] = {{&h, sizeof h}, {const_cast<char*>(payload.data()), payload.size()}};
+    struct msghdr msg {};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = payload.empty() ? 1 : 2;
+    for (;;) {
+        ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+        if (n >= 0) return {};
+        if (errno != EINTR) return sys_error(std::string("sync: send ") + sync_type_name(type));
+    }
+}
+
+Result<SyncMessage> sync_recv(int fd) {
+    std::vector<char> buf(sizeof(Header) + kMaxPayload);
+    ssize_t n;
+    do {
+        n = ::recv(fd, buf.data(), buf.size(), 0);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) return sys_error("sync: receive");
+    if (n == 0) return fail(EPIPE, "sync: peer exited");
+    if (static_cast<size_t>(n) < sizeof(Header)) return fail(EPROTO, "sync: short message");
+    Header h;
+    std::memcpy(&h, buf.data(), sizeof h);
+    SyncMessage m;
+    m.type = static_cast<SyncType>(h.type);
+    m.value = h.value;
+    m.payload.assign(buf.data() + sizeof h, static_cast<size_t>(n) - sizeof h);
+    return m;
+}
+
+Result<SyncMessage> sync_expect(int fd, SyncType type) {
+    FB_ASSIGN(auto m, sync_recv(fd));
+    if (m.type == SyncType::Error) return fail(m.value, m.payload);
+    if (m.type != type)
+        return fail(EPROTO, std::string("sync: expected ") + sync_type_name(type) + ", got " +
+                                sync_type_name(m.type));
+    return m;
+}
+
+}  // namespace forkbox
