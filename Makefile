@@ -10,7 +10,8 @@ VERSION := $(shell cat VERSION)
 COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 CXXFLAGS ?= -O2 -g
-CXXFLAGS += -std=c++2b -Wall -Wextra -Werror -I. -MMD -MP \
+# Required flags, kept apart so `make CXXFLAGS=...` (check-asan) cannot drop them.
+FB_CXXFLAGS := -std=c++2b -Wall -Wextra -Werror -I. -MMD -MP \
 	-DFORKBOX_VERSION='"$(VERSION)"' -DFORKBOX_COMMIT='"$(COMMIT)"'
 LDFLAGS ?=
 LIBS := -lseccomp -lyajl -lcap -lboost_program_options
@@ -31,14 +32,14 @@ DEB_PACKAGES := build-essential pkg-config git libseccomp-dev libyajl-dev libcap
 all: $(BUILD)/forkbox $(BUILD)/fbhelper
 
 $(BUILD)/forkbox: $(CMD_OBJS) $(LIB_OBJS)
-	$(CXX) $(CXXFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
+	$(CXX) $(CXXFLAGS) $(FB_CXXFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/unit-tests: $(TEST_OBJS) $(LIB_OBJS)
-	$(CXX) $(CXXFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS) -lgtest -lgtest_main -pthread
+	$(CXX) $(CXXFLAGS) $(FB_CXXFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS) -lgtest -lgtest_main -pthread
 
 $(BUILD)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -c -o $@ $<
+	$(CXX) $(CXXFLAGS) $(FB_CXXFLAGS) -c -o $@ $<
 
 # The in-container test payload: static, so any rootfs can run it.
 $(BUILD)/fbhelper: integration/helper/fbhelper.c

@@ -20,9 +20,9 @@ int cmd_spec(const Globals&, const std::vector<std::string>& args) {
     if (::access(path.c_str(), F_OK) == 0) return report("File " + path + " exists. Remove it first");
     std::string text = oci::default_spec_json(rootless);
     unique_fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
-    if (!fd) return report(Error(errno, "create " + path));
+    if (!fd) return report(Error(errno, "create " + path, true));
     if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
-        return report(Error(errno, "write " + path));
+        return report(Error(errno, "write " + path, true));
     return 0;
 }
 

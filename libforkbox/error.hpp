@@ -14,14 +14,17 @@ namespace forkbox {
 class Error {
 public:
     Error() = default;
-    Error(int err, std::string message) : errno_(err), message_(std::move(message)) {}
+    // errno is kept for callers to test; its text is appended to the message only when
+    // show_errno is set (failed syscalls), not for invalid input that merely carries EINVAL.
+    Error(int err, std::string message, bool show_errno = false)
+        : errno_(err), message_(std::move(message)), show_errno_(show_errno) {}
 
     int errnum() const { return errno_; }
     // Message without the errno text.
     const std::string& context() const { return message_; }
     // Full text: context chain plus strerror of the errno, as the CLI prints it.
     std::string what() const {
-        if (errno_ == 0) return message_;
+        if (errno_ == 0 || !show_errno_) return message_;
         std::string s = message_;
         s += ": ";
         s += std::strerror(errno_);
@@ -41,6 +44,7 @@ public:
 private:
     int errno_ = 0;
     std::string message_;
+    bool show_errno_ = false;
 };
 
 template <typename T = void>
@@ -48,10 +52,10 @@ using Result = std::expected<T, Error>;
 
 // An error from the current errno, e.g. `return sys_error("mount " + target);`.
 inline std::unexpected<Error> sys_error(std::string context) {
-    return std::unexpected(Error(errno, std::move(context)));
+    return std::unexpected(Error(errno, std::move(context), true));
 }
 inline std::unexpected<Error> sys_error(int err, std::string context) {
-    return std::unexpected(Error(err, std::move(context)));
+    return std::unexpected(Error(err, std::move(context), true));
 }
 // An error with no errno: invalid input and the like.
 inline std::unexpected<Error> fail(std::string message) {

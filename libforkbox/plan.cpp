@@ -233,12 +233,11 @@ Result<Plan> make_plan(const oci::Spec& spec, const PlanOptions& options) {
         FB_ASSIGN(unsigned long prop, parse_propagation(linux.rootfs_propagation));
         // Building the rootfs under a shared "/" would leak our mounts to the host, so
         // shared propagation is applied to the container's "/" only after pivot_root.
-        if (prop & MS_SHARED) {
+        // Likewise an unbindable "/" could not be bound onto the rootfs.
+        if (prop & (MS_SHARED | MS_UNBINDABLE))
             plan.rootfs_propagation_after = prop;
-        } else {
+        else
             plan.root_propagation = prop;
-            if (prop & MS_UNBINDABLE) plan.rootfs_propagation_after = prop;
-        }
     }
 
     for (size_t i = 0; i < spec.mounts.size(); ++i) {

@@ -17,7 +17,8 @@ namespace forkbox::sys {
 inline pid_t clone3_fork(uint64_t flags, int cgroup_fd = -1, int* pidfd = nullptr) {
     struct clone_args args {};
     args.flags = flags;
-    args.exit_signal = SIGCHLD;
+    // With CLONE_PARENT the child inherits our exit signal; clone3 refuses one given.
+    args.exit_signal = (flags & CLONE_PARENT) ? 0 : SIGCHLD;
     if (pidfd) {
         args.flags |= CLONE_PIDFD;
         args.pidfd = reinterpret_cast<uint64_t>(pidfd);

@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# run-true.sh - whole-process wall time of `RUNTIME run` of a busybox `true` bundle:
+# forkbox against runc (and crun when installed), in alternating order inside one
+# timing loop, each run with a fresh container id and its own --root.
+#
+# usage: bench/run-true.sh [-n RUNS] [-w WARMUP] [--no-crun] [-b BUNDLE_DIR]
+#   -n RUNS        timed runs per runtime (default 200)
+#   -w WARMUP      untimed runs per runtime first (default 5)
+#   --no-crun      leave crun out even when it is installed
+#   -b DIR         where the demo bundle is built or reused
+#                  (default $BENCH_DIR/bundle; BENCH_DIR defaults to /var/tmp/forkbox-bench)
+# environment:
+#   FORKBOX  runtime under test (default build/forkbox; FORKBOX=/usr/sbin/runc compares
+#            runc with itself, to check the harness before forkbox builds)
+#   RUNC     default /usr/sbin/runc, or runc on PATH
+#   CRUN     default crun on PATH
+#
+# crun refuses this machine's hybrid cgroup layout, so it runs through a wrapper that
+# enters a private mount namespace, unmounts /sys/fs/cgroup/unified there (crun then uses
+# cgroup v1) and execs crun. The wrapper's own cost is measured in the same loop (the
+# wrapper exec'ing /bin/true) and its median is subtracted from crun's figures.
+#
+# Prints median and p90 in milliseconds per runtime and the ratios to forkbox
+# (ratio > 1: forkbox is faster). Needs root, python3, jq, busybox-static.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+
+runs=200
+warmup=5
+use_crun=1
+bench_dir=${BENCH_DIR:-/var/tmp/forkbox-bench}
+bundle=
+
+usage() {
+	sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+	exit "${1:-0}"
+}
+
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	-n) runs=$2; shift 2 ;;
+	-w) warmup=$2; shift 2 ;;
+	-b) bundle=$2; shift 2 ;;
+	--no-crun) use_crun=0; shift ;;
+	-h | --help) usage 0 ;;
+	*) echo "run-true.sh: unknown argument $1" >&2; usage 2 ;;
+	esac
+done
+[[ $runs =~ ^[0-9]+$ && $runs -gt 0 ]] || { echo "run-true.sh: -n wants a positive number" >&2; exit 2; }
+[[ $warmup =~ ^[0-9]+$ ]] || { echo "run-true.sh: -w wants a number" >&2; exit 2; }
+bundle=${bundle:-$bench_dir/bundle}
+
+FORKBOX=${FORKBOX:-$repo/build/forkbox}
+RUNC=${RUNC:-$(command -v runc || echo /usr/sbin/runc)}
+CRUN=${CRUN:-$(command -v crun || true)}
+BUSYBOX=${BUSYBOX:-/bin/busybox}
+
+[[ $(id -u) -eq 0 ]] || { echo "run-true.sh: needs root" >&2; exit 1; }
+for tool in python3 jq; do
+	command -v "$tool" >/dev/null || { echo "run-true.sh: $tool is missing" >&2; exit 1; }
+done
+[[ -x $FORKBOX ]] || { echo "run-true.sh: $FORKBOX is not built (make build/forkbox, or set FORKBOX)" >&2; exit 1; }
+[[ -x $RUNC ]] || { echo "run-true.sh: runc not found (apt-get install runc, or set RUNC)" >&2; exit 1; }
+if [[ $use_crun -eq 1 && ( -z $CRUN || ! -x $CRUN ) ]]; then
+	use_crun=0
+fi
+
+# The demo bundle: busybox rootfs, process /bin/true, terminal off. Reused when its
+# config already says so; the config comes from runc's template so every runtime runs
+# the same one.
+build_bundle() {
+	local cfg=$bundle/config.json
+	if [[ -x $bundle/rootfs/bin/busybox && -f $cfg ]] &&
+		jq -e '.process.args == ["/bin/true"] and .process.terminal == false' "$cfg" >/dev/null 2>&1; then
+		return
+	fi
+	[[ -x $BUSYBOX ]] || { echo "run-true.sh: $BUSYBOX missing (apt-get install busybox-static)" >&2; exit 1; }
+	echo "building demo bundle in $bundle" >&2
+	rm -rf "$bundle"
+	mkdir -p "$bundle/rootfs"/{bin,dev,proc,sys,etc,tmp}
+	cp "$BUSYBOX" "$bundle/rootfs/bin/busybox"
+	# chroot so the links point at /bin/busybox rather than the host path of the copy.
+	chroot "$bundle/rootfs" /bin/busybox --install -s /bin
+	"$RUNC" spec --bundle "$bundle"
+	jq '.process.terminal = false | .process.args = ["/bin/true"]' "$cfg" >"$cfg.tmp"
+	mv "$cfg.tmp" "$cfg"
+}
+build_bundle
+
+mkdir -p "$bench_dir"
+work=$(mktemp -d "$bench_dir/run.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+export BENCH_RUNS=$runs BENCH_WARMUP=$warmup BENCH_BUNDLE=$bundle BENCH_WORK=$work
+crun_used=
+if [[ $use_crun -eq 1 ]]; then
+	crun_used=$CRUN
+fi
+export BENCH_FORKBOX=$FORKBOX BENCH_RUNC=$RUNC BENCH_CRUN=$crun_used
+
+python3 - <<'PY'
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+runs = int(os.environ["BENCH_RUNS"])
+warmup = int(os.environ["BENCH_WARMUP"])
+bundle = os.environ["BENCH_BUNDLE"]
+work = os.environ["BENCH_WORK"]
+crun = os.environ.get("BENCH_CRUN") or None
+
+# crun wrapper: private mount namespace without the cgroup2 mount, then exec.
+WRAP = ["unshare", "-m", "sh", "-c", "umount /sys/fs/cgroup/unified 2>/dev/null; exec \"$@\"", "sh"]
+
+
+def runtime_cmd(binary, wrap=False):
+    def cmd(root, cid):
+        argv = [binary, "--root", root, "run", "--bundle", bundle, cid]
+        return WRAP + argv if wrap else argv
+    return cmd
+
+
+def cleanup(binary, wrap, root, cid):
+    argv = [binary, "--root", root, "delete", "--force", cid]
+    subprocess.run(WRAP + argv if wrap else argv, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+# name -> (command builder, binary, wrapped?)
+subjects = {"forkbox": (runtime_cmd(os.environ["BENCH_FORKBOX"]), os.environ["BENCH_FORKBOX"], False),
+            "runc": (runtime_cmd(os.environ["BENCH_RUNC"]), os.environ["BENCH_RUNC"], False)}
+if crun:
+    subjects["crun"] = (runtime_cmd(crun, wrap=True), crun, True)
+    subjects["wrapper"] = (lambda root, cid: WRAP + ["/bin/true"], None, False)
+
+samples = {name: [] for name in subjects}
+failures = {name: 0 for name in subjects}
+last_error = {}
+seq = 0
+
+
+def once(name, record):
+    global seq
+    seq += 1
+    build, binary, wrap = subjects[name]
+    cid = "bench-%d-%d-%s" % (os.getpid(), seq, name)
+    root = os.path.join(work, cid)
+    os.mkdir(root)
+    argv = build(root, cid)
+    t0 = time.perf_counter_ns()
+    proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE)
+    elapsed = time.perf_counter_ns() - t0
+    if proc.returncode != 0:
+        failures[name] += 1
+        last_error[name] = "exit %d: %s" % (proc.returncode, proc.stderr.decode(errors="replace").strip())
+        if binary:
+            cleanup(binary, wrap, root, cid)
+    elif record:
+        samples[name].append(elapsed / 1e6)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+order = list(subjects)
+# Warm-up, untimed; a runtime that cannot run the bundle at all is dropped here.
+for i in range(max(warmup, 1)):
+    for name in order:
+        once(name, record=False)
+for name in list(order):
+    if failures[name] >= max(warmup, 1):
+        print("%s: every warm-up run failed (%s); leaving it out" % (name, last_error.get(name)),
+              file=sys.stderr)
+        order.remove(name)
+for name in failures:
+    failures[name] = 0
+
+# Alternate: forwards on even rounds, backwards on odd ones, so no runtime always
+# follows the same neighbour.
+for i in range(runs):
+    for name in (order if i % 2 == 0 else order[::-1]):
+        once(name, record=True)
+    if (i + 1) % 50 == 0:
+        print("  %d/%d rounds" % (i + 1, runs), file=sys.stderr)
+
+
+def p90(values):
+    s = sorted(values)
+    return s[max(0, math.ceil(0.9 * len(s)) - 1)]
+
+
+stats = {}
+for name in order:
+    v = samples[name]
+    if v:
+        stats[name] = (statistics.median(v), p90(v), len(v))
+
+print("runtime                    runs   median ms     p90 ms   failed")
+labels = {"crun": "crun (minus wrapper)", "wrapper": "crun wrapper alone"}
+wrapper = stats.get("wrapper")
+for name in order:
+    if name not in stats:
+        print("%-24s %6d %11s %10s %8d" % (labels.get(name, name), 0, "-", "-", failures[name]))
+        continue
+    med, q90, n = stats[name]
+    if name == "crun" and wrapper:
+        med, q90 = med - wrapper[0], q90 - wrapper[0]
+        stats["crun"] = (med, q90, n)
+    print("%-24s %6d %11.2f %10.2f %8d" % (labels.get(name, name), n, med, q90, failures[name]))
+    if failures[name] and name in last_error:
+        print("    last failure: %s" % last_error[name][:300])
+
+fb = stats.get("forkbox")
+if fb:
+    for other in ("runc", "crun"):
+        if other in stats:
+            print("ratio %s/forkbox: median %.2f, p90 %.2f" % (
+                other, stats[other][0] / fb[0], stats[other][1] / fb[1]))
+if os.path.realpath(os.environ["BENCH_FORKBOX"]) == os.path.realpath(os.environ["BENCH_RUNC"]):
+    print("note: FORKBOX is runc, so forkbox/runc compares runc with itself")
+sys.exit(1 if any(failures[n] for n in order) else 0)
+PY

@@ -1,0 +1,152 @@
+#!/usr/bin/env bats
+# `create`: the container waits in "created" until start; pid file; id validation;
+# bundle and config errors; the console socket.
+
+load helpers
+
+@test "create leaves the container created without running its process" {
+	set_args /bin/fbhelper echo started
+	create_container "$CID"
+	run container_status "$CID"
+	assert_output created
+	sleep 0.2
+	run container_out "$CID"
+	assert_output ""
+	runtime start "$CID"
+	wait_for_status "$CID" stopped
+	run container_out "$CID"
+	assert_output started
+}
+
+@test "create --pid-file writes the pid of the waiting init" {
+	create_container "$CID" --pid-file "$BATS_TEST_TMPDIR/pid"
+	local pid
+	pid=$(container_pid "$CID")
+	[ "$pid" -gt 0 ]
+	run cat "$BATS_TEST_TMPDIR/pid"
+	assert_output "$pid"
+	pid_alive "$pid"
+}
+
+@test "create --pid-file accepts a path relative to the current directory" {
+	cd "$BATS_TEST_TMPDIR"
+	create_container "$CID" --pid-file pidfile
+	run cat "$BATS_TEST_TMPDIR/pidfile"
+	assert_output "$(container_pid "$CID")"
+}
+
+@test "create keeps the container's state under --root" {
+	create_container "$CID"
+	[ -d "$ROOT/$CID" ]
+	run runtime list -q
+	assert_output "$CID"
+}
+
+@test "create with an id already in use fails and keeps the first container" {
+	create_container "$CID"
+	local pid
+	pid=$(container_pid "$CID")
+	run create_container "$CID"
+	assert_failure
+	run container_err "$CID"
+	assert_output --partial "exists"
+	run container_pid "$CID"
+	assert_output "$pid"
+	run container_status "$CID"
+	assert_output created
+}
+
+@test "create rejects invalid container ids" {
+	local id
+	for id in "a/b" ".." "." "../escape" "a b" "" $'tab\tid' $'new\nline'; do
+		try_create --bundle "$BUNDLE" "$id"
+		if [ "$status" -eq 0 ]; then
+			fail "create accepted the id '$id'"
+		fi
+		assert_stderr_not_empty
+	done
+	run runtime list -q
+	assert_output ""
+	[ ! -e "$BATS_TEST_TMPDIR/escape" ]
+	[ ! -e "$ROOT/../escape" ]
+}
+
+@test "create accepts ids with dots, dashes, underscores and pluses" {
+	local id=$CID.test_id-1+x
+	create_container "$id"
+	run container_status "$id"
+	assert_output created
+}
+
+@test "create with a missing bundle directory fails with a message" {
+	try_create --bundle "$BATS_TEST_TMPDIR/no-such-bundle" "$CID"
+	assert_failure
+	assert_stderr_contains "no-such-bundle"
+	run runtime list -q
+	assert_output ""
+}
+
+@test "create without config.json fails with a message" {
+	rm "$BUNDLE/config.json"
+	try_create --bundle "$BUNDLE" "$CID"
+	assert_failure
+	assert_stderr_contains "config.json"
+	run runtime list -q
+	assert_output ""
+}
+
+@test "create with malformed config.json fails with a message and leaves no state" {
+	echo '{"ociVersion": "1.0.2", "process": {' >"$BUNDLE/config.json"
+	try_create --bundle "$BUNDLE" "$CID"
+	assert_failure
+	assert_stderr_not_empty
+	run runtime list -q
+	assert_output ""
+	[ ! -e "$ROOT/$CID" ]
+}
+
+@test "create with a missing rootfs fails with a message and leaves no state" {
+	rm -rf "$BUNDLE/rootfs"
+	try_create --bundle "$BUNDLE" "$CID"
+	assert_failure
+	assert_stderr_not_empty
+	run runtime list -q
+	assert_output ""
+	[ ! -e "$ROOT/$CID" ]
+}
+
+@test "create of a missing executable fails at create time, not at start" {
+	set_args /bin/no-such-program
+	run create_container "$CID"
+	assert_failure
+	run container_err "$CID"
+	assert_output --partial "no-such-program"
+	run runtime list -q
+	assert_output ""
+}
+
+@test "create with process.terminal and no --console-socket fails without hanging" {
+	update_config '.process.terminal = true'
+	run timeout 30 "$FORKBOX" --root "$ROOT" create --bundle "$BUNDLE" "$CID" </dev/null 3>&- 4>&-
+	assert_failure
+	[ "$status" -ne 124 ] || fail "create hung with terminal=true and no console socket"
+	assert_output --partial "console"
+	run runtime list -q
+	assert_output ""
+}
+
+@test "create --console-socket sends the pty master and the process gets the pty as stdio" {
+	update_config '.process.terminal = true'
+	set_args /bin/fbhelper readlink /proc/self/fd/0
+	local sock=$BATS_TEST_TMPDIR/console.sock result=$BATS_TEST_TMPDIR/console.out
+	python3 "$INTEGRATION_DIR/helper/recv_console.py" "$sock" "$result" 3>&- 4>&- &
+	FB_PIDS+=($!)
+	wait_for_file "$sock.ready"
+	create_container "$CID" --console-socket "$sock"
+	runtime start "$CID"
+	wait_for_status "$CID" stopped
+	wait "${FB_PIDS[-1]}"
+	run cat "$result"
+	assert_line --index 0 "isatty=True"
+	assert_line --index 1 --regexp '^/dev/pts/[0-9]+.?$'
+}

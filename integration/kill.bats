@@ -1,0 +1,112 @@
+#!/usr/bin/env bats
+# `kill`: signal the container's init; names with and without SIG, numbers; errors.
+
+load helpers
+
+# start_sigwait: a running container whose init prints "ready", then the name of the
+# first SIGTERM/SIGINT/SIGUSR1 it receives, and exits 0.
+start_sigwait() {
+	set_args /bin/fbhelper sigwait
+	run_detached "$CID"
+	wait_for_output "$CID" ready
+}
+
+@test "kill sends SIGTERM by default and state becomes stopped" {
+	start_sigwait
+	run runtime kill "$CID"
+	assert_success
+	wait_for_output "$CID" SIGTERM
+	wait_for_status "$CID" stopped
+}
+
+@test "kill accepts a signal name with the SIG prefix" {
+	start_sigwait
+	runtime kill "$CID" SIGUSR1
+	wait_for_output "$CID" SIGUSR1
+	wait_for_status "$CID" stopped
+}
+
+@test "kill accepts a signal name without the SIG prefix" {
+	start_sigwait
+	runtime kill "$CID" USR1
+	wait_for_output "$CID" SIGUSR1
+}
+
+@test "kill accepts a signal number" {
+	start_sigwait
+	runtime kill "$CID" 10
+	wait_for_output "$CID" SIGUSR1
+}
+
+@test "kill accepts SIGINT by name and by number" {
+	start_sigwait
+	runtime kill "$CID" INT
+	wait_for_output "$CID" SIGINT
+	CID=$CID-2 start_sigwait
+	runtime kill "$CID-2" 2
+	wait_for_output "$CID-2" SIGINT
+}
+
+@test "kill KILL stops a container that ignores SIGTERM" {
+	set_args /bin/fbhelper ignore-term-sleep 100
+	run_detached "$CID"
+	wait_for_output "$CID" ready
+	runtime kill "$CID" TERM
+	sleep 0.3
+	run container_status "$CID"
+	assert_output running
+	runtime kill "$CID" KILL
+	wait_for_status "$CID" stopped
+}
+
+@test "kill 9 stops a container whose pid-1 ignores SIGTERM by default" {
+	# pid 1 of a pid namespace has no default action for SIGTERM.
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	runtime kill "$CID" 9
+	wait_for_status "$CID" stopped
+}
+
+@test "kill of a created container delivers the signal and it becomes stopped" {
+	create_container "$CID"
+	local pid
+	pid=$(container_pid "$CID")
+	run runtime kill "$CID" KILL
+	assert_success
+	wait_for_pid_gone "$pid"
+	wait_for_status "$CID" stopped
+}
+
+@test "kill of a stopped container fails" {
+	run runtime run --keep --bundle "$BUNDLE" "$CID"
+	assert_success
+	run --separate-stderr runtime kill "$CID" KILL
+	assert_failure
+	assert_stderr_contains "not running"
+}
+
+@test "kill of an unknown container fails with 'does not exist'" {
+	run --separate-stderr runtime kill no-such-container KILL
+	assert_failure
+	assert_stderr_contains "does not exist"
+}
+
+@test "kill with an unknown signal name fails and the container keeps running" {
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	run --separate-stderr runtime kill "$CID" BOGUS
+	assert_failure
+	assert_stderr_contains "BOGUS"
+	run container_status "$CID"
+	assert_output running
+}
+
+@test "kill with an out-of-range signal number fails" {
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	run --separate-stderr runtime kill "$CID" 99
+	assert_failure
+	assert_stderr_not_empty
+	run container_status "$CID"
+	assert_output running
+}

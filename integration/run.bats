@@ -1,0 +1,192 @@
+#!/usr/bin/env bats
+# `run` = create + start + wait: output, exit codes, signal forwarding, --detach, --keep,
+# --pid-file, --no-pivot.
+
+load helpers
+
+@test "run prints the container's stdout and exits 0" {
+	set_args /bin/fbhelper echo hello world
+	run runtime run --bundle "$BUNDLE" "$CID"
+	assert_success
+	assert_output "hello world"
+}
+
+@test "run passes its stdin to the container" {
+	set_args /bin/fbhelper cat
+	run bash -c 'echo "from stdin" | "$0" --root "$1" run --bundle "$2" "$3"' "$FORKBOX" "$ROOT" "$BUNDLE" "$CID"
+	assert_success
+	assert_output "from stdin"
+}
+
+@test "run passes the container's stderr through" {
+	set_args /bin/fbhelper read /nonexistent
+	run --separate-stderr runtime run --bundle "$BUNDLE" "$CID"
+	assert_failure 1
+	assert_output ""
+	assert_stderr_contains "fbhelper: read /nonexistent: No such file or directory"
+}
+
+@test "run exits with the container's exit code" {
+	set_args /bin/fbhelper exit 42
+	run runtime run --bundle "$BUNDLE" "$CID"
+	assert_failure 42
+}
+
+@test "run exits 1 when the container process exits 1" {
+	set_args /bin/sh -c 'echo ran; exit 1'
+	run runtime run --bundle "$BUNDLE" "$CID"
+	assert_failure 1
+	assert_output ran
+}
+
+@test "run exits 137 when the container is killed by SIGKILL" {
+	# Outside a pid namespace the process is not pid 1, so its own signal kills it.
+	remove_namespace pid
+	set_args /bin/fbhelper kill-self 9
+	run runtime run --bundle "$BUNDLE" "$CID"
+	assert_failure 137
+}
+
+@test "run exits 143 when the container is killed by SIGTERM" {
+	remove_namespace pid
+	set_args /bin/fbhelper kill-self 15
+	run runtime run --bundle "$BUNDLE" "$CID"
+	assert_failure 143
+}
+
+@test "run exits 137 when kill KILL stops its pid-1 container" {
+	set_args /bin/fbhelper sleep 100
+	runtime run --bundle "$BUNDLE" "$CID" </dev/null >"$BATS_TEST_TMPDIR/run.out" 2>&1 3>&- 4>&- &
+	local run_pid=$!
+	wait_for_status "$CID" running
+	runtime kill "$CID" KILL
+	local rc=0
+	wait "$run_pid" || rc=$?
+	assert_equal "$rc" 137
+}
+
+@test "run forwards SIGTERM it receives to the container" {
+	set_args /bin/fbhelper sigwait
+	# Not through runtime(): $! must be the runtime itself, not a subshell.
+	"$FORKBOX" --root "$ROOT" run --bundle "$BUNDLE" "$CID" </dev/null >"$BATS_TEST_TMPDIR/$CID.out" 2>&1 3>&- 4>&- &
+	local run_pid=$!
+	wait_for_output "$CID" ready
+	kill -TERM "$run_pid"
+	local rc=0
+	wait "$run_pid" || rc=$?
+	assert_equal "$rc" 0
+	run container_out "$CID"
+	assert_line SIGTERM
+}
+
+@test "run removes the container after it exits" {
+	run runtime run --bundle "$BUNDLE" "$CID"
+	assert_success
+	run runtime list -q
+	assert_success
+	assert_output ""
+	run runtime state "$CID"
+	assert_failure
+	[ ! -e "$ROOT/$CID" ]
+}
+
+@test "run --keep keeps the stopped container until delete" {
+	set_args /bin/fbhelper exit 3
+	run runtime run --keep --bundle "$BUNDLE" "$CID"
+	assert_failure 3
+	run container_status "$CID"
+	assert_success
+	assert_output stopped
+	run runtime delete "$CID"
+	assert_success
+	run runtime state "$CID"
+	assert_failure
+}
+
+@test "run --detach returns while the container keeps running" {
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	run container_status "$CID"
+	assert_output running
+	local pid
+	pid=$(container_pid "$CID")
+	pid_alive "$pid"
+}
+
+@test "run --detach hands the container the runtime's stdout" {
+	set_args /bin/fbhelper echo detached output
+	run_detached "$CID"
+	wait_for_status "$CID" stopped
+	run container_out "$CID"
+	assert_output "detached output"
+}
+
+@test "run --pid-file writes the container's init pid" {
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID" --pid-file "$BATS_TEST_TMPDIR/pid"
+	local pid
+	pid=$(container_pid "$CID")
+	run cat "$BATS_TEST_TMPDIR/pid"
+	# runc writes the pid without a trailing newline.
+	assert_output "$pid"
+	pid_alive "$pid"
+}
+
+@test "run with an id already in use fails and leaves the first container running" {
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	run run_detached "$CID"
+	assert_failure
+	run container_err "$CID"
+	assert_output --partial "exists"
+	run container_status "$CID"
+	assert_output running
+}
+
+@test "run --no-pivot runs the container" {
+	set_args /bin/fbhelper echo no pivot
+	run runtime run --no-pivot --bundle "$BUNDLE" "$CID"
+	assert_success
+	assert_output "no pivot"
+}
+
+@test "run with a missing bundle fails with a message" {
+	run --separate-stderr runtime run --bundle "$BATS_TEST_TMPDIR/no-such-bundle" "$CID"
+	assert_failure
+	assert_stderr_not_empty
+	run runtime list -q
+	assert_output ""
+}
+
+@test "run of a missing executable fails with a message and leaves nothing" {
+	set_args /bin/no-such-program
+	run --separate-stderr runtime run --bundle "$BUNDLE" "$CID"
+	assert_failure
+	assert_stderr_contains "no-such-program"
+	run runtime list -q
+	assert_output ""
+}
+
+@test "run resolves process.args[0] through the PATH of process.env" {
+	update_config '.process.env = ["PATH=/bin"]'
+	set_args fbhelper echo found in PATH
+	run runtime run --bundle "$BUNDLE" "$CID"
+	assert_success
+	assert_output "found in PATH"
+}
+
+@test "run with --bundle relative to the current directory works" {
+	set_args /bin/fbhelper echo relative
+	cd "$BATS_TEST_TMPDIR"
+	run runtime run --bundle bundle "$CID"
+	assert_success
+	assert_output relative
+}
+
+@test "run without --bundle uses the current directory" {
+	set_args /bin/fbhelper echo cwd bundle
+	cd "$BUNDLE"
+	run runtime run "$CID"
+	assert_success
+	assert_output "cwd bundle"
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bats
+# --version / -v.
+
+load helpers
+
+setup() { :; }
+
+@test "--version prints the runtime version and the spec version" {
+	run runtime --version
+	assert_success
+	assert_line --index 0 --regexp '^(forkbox|runc) version [0-9]+\.[0-9]+'
+	assert_line --regexp '^spec: 1\.[0-9]+\.[0-9]+'
+}
+
+@test "-v is --version" {
+	run runtime -v
+	assert_success
+	assert_line --index 0 --regexp ' version [0-9]'
+	local short=$output
+	run runtime --version
+	assert_output "$short"
+}
+
+@test "--version reports the VERSION file and a commit line" {
+	skip_if_runc "forkbox-specific version source"
+	run runtime --version
+	assert_line --index 0 "forkbox version $(cat "$REPO_DIR/VERSION")"
+	assert_line --regexp '^commit: '
+}
+
+@test "--version reports runtime-spec 1.3" {
+	skip_if_runc "runc 1.1 implements runtime-spec 1.0.2"
+	run runtime --version
+	assert_line --regexp '^spec: 1\.3\.[0-9]+'
+}
