@@ -122,7 +122,7 @@ void run_poststop_hooks(const ContainerDir& dir, const ContainerState& s) {
     std::string hs = hook_state_json(stopped, "stopped");
     for (size_t i = 0; i < spec->hooks->poststop.size(); ++i) {
         // Runtime-spec: a failing poststop hook is a warning; the others still run.
-        if (auto r = run_hook(spec->hooks->poststop[i], hs); !r)
+        if (auto r = run_hook(spec->hooks->poststop[i], hs, s.bundle); !r)
             log::warn("poststop hook #" + std::to_string(i) + ": " + r.error().what());
     }
 }
@@ -188,7 +188,8 @@ Result<void> start_container(const StateStore& store, const std::string& id) {
     if (text) {
         auto spec = oci::parse_config(*text);
         if (spec && spec->hooks && !spec->hooks->poststart.empty()) {
-            auto r = run_hooks(spec->hooks->poststart, hook_state_json(info.state, "running"), "poststart");
+            auto r = run_hooks(spec->hooks->poststart, hook_state_json(info.state, "running"), "poststart",
+                               info.state.bundle);
             if (!r) {
                 // Runtime-spec 1.3: a failed poststart hook is an error and stops the container.
                 kill_and_wait(info.state);

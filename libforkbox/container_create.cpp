@@ -94,8 +94,8 @@ Result<pid_t> drive_init(pid_t child, int sync_fd, const Plan& plan, ContainerSt
             break;
         case SyncType::RuntimeHooks: {
             std::string hs = hook_state_json(state, "created");
-            FB_TRY(run_hooks(plan.hooks.prestart, hs, "prestart"));
-            FB_TRY(run_hooks(plan.hooks.create_runtime, hs, "createRuntime"));
+            FB_TRY(run_hooks(plan.hooks.prestart, hs, "prestart", state.bundle));
+            FB_TRY(run_hooks(plan.hooks.create_runtime, hs, "createRuntime", state.bundle));
             FB_TRY(sync_send(sync_fd, SyncType::RuntimeHooksDone));
             break;
         }
@@ -190,7 +190,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
         if (!plan.hooks.poststop.empty()) {
             std::string hs = hook_state_json(state, "stopped");
             for (const auto& h : plan.hooks.poststop)
-                if (auto r = run_hook(h, hs); !r) log::warn("poststop hook: " + r.error().what());
+                if (auto r = run_hook(h, hs, state.bundle); !r) log::warn("poststop hook: " + r.error().what());
         }
         return std::unexpected(init_pid.error());
     }

@@ -20,7 +20,11 @@ int64_t now_ms() {
     return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-[[noreturn]] void exec_hook(const oci::Hook& hook, int stdin_fd, int out_fd) {
+[[noreturn]] void exec_hook(const oci::Hook& hook, int stdin_fd, int out_fd, const std::string& cwd) {
+    if (!cwd.empty() && ::chdir(cwd.c_str()) < 0) {
+        dprintf(out_fd, "chdir %s: %s", cwd.c_str(), strerror(errno));
+        _exit(127);
+    }
     ::dup2(stdin_fd, 0);
     ::dup2(out_fd, 1);
     ::dup2(out_fd, 2);
@@ -40,7 +44,7 @@ int64_t now_ms() {
 }
 }  // namespace
 
-Result<void> run_hook(const oci::Hook& hook, std::string_view state_json) {
+Result<void> run_hook(const oci::Hook& hook, std::string_view state_json, const std::string& cwd) {
     int in[2], out[2];
     if (::pipe2(in, O_CLOEXEC) < 0) return sys_error("pipe");
     unique_fd in_r(in[0]), in_w(in[1]);
@@ -50,7 +54,7 @@ Result<void> run_hook(const oci::Hook& hook, std::string_view state_json) {
     int pidfd = -1;
     pid_t pid = sys::clone3_fork(0, -1, &pidfd);
     if (pid < 0) return sys_error("fork hook " + hook.path);
-    if (pid == 0) exec_hook(hook, in_r.get(), out_w.get());
+    if (pid == 0) exec_hook(hook, in_r.get(), out_w.get(), cwd);
     unique_fd pfd(pidfd);
     ChildGuard guard(pid);
     in_r.reset();
@@ -104,7 +108,13 @@ Result<void> run_hook(const oci::Hook& hook, std::string_view state_json) {
         }
         // The hook may leave a background child holding the output pipe: stop reading once
         // the hook itself has exited and the pipe has nothing more right now.
-        if (exited && out_r.valid() && iout >= 0 && !(fds[iout].revents & POLLIN)) out_r.reset();
+        if (exited && out_r.valid()) {
+            char buf[4096];
+            ssize_t rd;
+            while ((rd = ::read(out_r.get(), buf, sizeof buf)) > 0)
+                if (output.size() < 64 * 1024) output.append(buf, static_cast<size_t>(rd));
+            out_r.reset();
+        }
     }
     guard.dismiss();
     FB_ASSIGN(int status, wait_child(pid));
@@ -119,9 +129,10 @@ Result<void> run_hook(const oci::Hook& hook, std::string_view state_json) {
     return fail(0, msg);
 }
 
-Result<void> run_hooks(const std::vector<oci::Hook>& hooks, std::string_view state_json, const char* phase) {
+Result<void> run_hooks(const std::vector<oci::Hook>& hooks, std::string_view state_json, const char* phase,
+                       const std::string& cwd) {
     for (size_t i = 0; i < hooks.size(); ++i) {
-        auto r = run_hook(hooks[i], state_json);
+        auto r = run_hook(hooks[i], state_json, cwd);
         if (!r) return std::unexpected(r.error().wrap(std::string(phase) + " hook #" + std::to_string(i)));
     }
     return {};

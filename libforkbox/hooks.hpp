@@ -12,9 +12,11 @@ namespace forkbox {
 
 // Runs one hook and waits for it. A non-zero exit, a signal or a timeout is an error that
 // carries what the hook printed.
-Result<void> run_hook(const oci::Hook& hook, std::string_view state_json);
+// The hook runs in `cwd` (the bundle, as runc does) when given.
+Result<void> run_hook(const oci::Hook& hook, std::string_view state_json, const std::string& cwd = {});
 
 // Runs hooks in order, stopping at the first failure ("<phase> hook #N: ...").
-Result<void> run_hooks(const std::vector<oci::Hook>& hooks, std::string_view state_json, const char* phase);
+Result<void> run_hooks(const std::vector<oci::Hook>& hooks, std::string_view state_json, const char* phase,
+                       const std::string& cwd = {});
 
 }  // namespace forkbox

@@ -90,32 +90,35 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
         FB_TRY(sync_send(a.sync_fd, SyncType::RuntimeHooks));
         FB_TRY(sync_expect(a.sync_fd, SyncType::RuntimeHooksDone));
     }
-    FB_TRY(run_hooks(plan.hooks.create_container, state_json, "createContainer"));
+    FB_TRY(run_hooks(plan.hooks.create_container, state_json, "createContainer", plan.bundle));
 
     // Without a mount namespace a pivot would move the host's root: chroot instead.
     FB_TRY(enter_rootfs(plan.rootfs, a.no_pivot || !plan.has_mount_namespace));
-    FB_TRY(finalize_rootfs(ctx));
+    // Before finalize_rootfs: /proc/sys is usually one of the read-only paths.
     FB_TRY(apply_sysctls(plan.sysctl));
+    FB_TRY(finalize_rootfs(ctx));
 
     const oci::Process& proc = plan.process;
     FB_TRY(apply_rlimits(proc.rlimits));
     if (proc.oom_score_adj) FB_TRY(set_oom_score_adj(*proc.oom_score_adj));
     if (::chdir(proc.cwd.c_str()) < 0) return sys_error("chdir to cwd " + proc.cwd);
 
-    std::optional<CapabilitySets> caps;
+    // No process.capabilities means none at all, as in runc (not "keep the host's").
+    CapabilitySets caps;
     if (proc.capabilities) {
         FB_ASSIGN(caps, capability_sets(*proc.capabilities));
-        FB_TRY(drop_bounding_set(caps->bounding));
     }
+    FB_TRY(drop_bounding_set(caps.bounding));
     // Keep permitted capabilities across the uid change; apply_capabilities sets them.
     if (::prctl(PR_SET_KEEPCAPS, 1) < 0) return sys_error("prctl keepcaps");
     FB_TRY(set_credentials(proc.user));
     if (::prctl(PR_SET_KEEPCAPS, 0) < 0) return sys_error("prctl keepcaps");
-    if (caps) FB_TRY(apply_capabilities(*caps));
+    FB_TRY(apply_capabilities(caps));
     ::umask(proc.user.umask.value_or(022));
 
     if (proc.args.empty()) return fail(EINVAL, "process.args must not be empty");
-    FB_ASSIGN(std::string exe, find_executable(proc.args[0], proc.env));
+    std::vector<std::string> env = with_home(proc.env, proc.user.uid);
+    FB_ASSIGN(std::string exe, find_executable(proc.args[0], env));
     if (proc.no_new_privileges && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
         return sys_error("prctl no_new_privs");
 
@@ -136,7 +139,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     std::vector<char*> argv, envp;
     for (const auto& s : proc.args) argv.push_back(const_cast<char*>(s.c_str()));
     argv.push_back(nullptr);
-    for (const auto& s : proc.env) envp.push_back(const_cast<char*>(s.c_str()));
+    for (const auto& s : env) envp.push_back(const_cast<char*>(s.c_str()));
     envp.push_back(nullptr);
     // No host fd may survive into the container (CVE-2024-21626 class).
     sys::close_range(static_cast<unsigned>(3 + a.preserve_fds), ~0U, CLOSE_RANGE_CLOEXEC);

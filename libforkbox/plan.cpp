@@ -226,6 +226,7 @@ Result<Plan> make_plan(const oci::Spec& spec, const PlanOptions& options) {
 
     // Root filesystem.
     if (!spec.root) return fail(EINVAL, "root: missing");
+    plan.bundle = options.bundle;
     plan.rootfs = clean_container_path(join_path(options.bundle, spec.root->path));
     plan.rootfs_readonly = spec.root->readonly;
     plan.root_propagation = MS_SLAVE | MS_REC;

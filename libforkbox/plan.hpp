@@ -80,6 +80,7 @@ struct Plan {
 
     // Root filesystem.
     bool has_mount_namespace = false;
+    std::string bundle;  // absolute host path
     std::string rootfs;  // absolute host path
     bool rootfs_readonly = false;
     unsigned long root_propagation = 0;        // applied to "/" before building (default rslave)

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cstdio>
+#include <string_view>
 #include <cstring>
 
 #include "oci/linux_names.hpp"
@@ -17,6 +19,42 @@ std::string go_errno_text(int err) {
     std::string s = std::strerror(err);
     if (!s.empty()) s[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(s[0])));
     return s;
+}
+
+std::vector<std::string> with_home(const std::vector<std::string>& env, uint32_t uid) {
+    for (const auto& e : env)
+        if (e.starts_with("HOME=")) return env;
+    std::string home = "/";
+    // /etc/passwd of the container (we are past pivot_root): name:pw:uid:gid:gecos:home:shell
+    // Non-blocking open and a regular-file check: the image controls this path, and a FIFO
+    // there must not hang init.
+    int fd = ::open("/etc/passwd", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    FILE* f = nullptr;
+    if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) f = ::fdopen(fd, "r");
+    if (!f && fd >= 0) ::close(fd);
+    if (f) {
+        char line[1024];
+        while (std::fgets(line, sizeof line, f)) {
+            std::string_view l(line);
+            size_t field = 0, start = 0;
+            std::string_view parts[7];
+            for (size_t i = 0; i <= l.size() && field < 7; ++i) {
+                if (i == l.size() || l[i] == ':' || l[i] == '\n') {
+                    parts[field++] = l.substr(start, i - start);
+                    start = i + 1;
+                }
+            }
+            if (field >= 6 && parts[2] == std::to_string(uid) && !parts[5].empty()) {
+                home = std::string(parts[5]);
+                break;
+            }
+        }
+        std::fclose(f);
+    }
+    std::vector<std::string> out = env;
+    out.push_back("HOME=" + home);
+    return out;
 }
 
 Result<void> set_credentials(const oci::User& user) {

@@ -22,6 +22,10 @@ Result<void> set_oom_score_adj(int value);
 // Error text matches runc's, which podman maps to exit codes 126/127.
 Result<std::string> find_executable(const std::string& name, const std::vector<std::string>& env);
 
+// env plus HOME when it lacks one: the home of uid in the container's /etc/passwd, else "/"
+// (runc does the same; shells and many programs need HOME).
+std::vector<std::string> with_home(const std::vector<std::string>& env, uint32_t uid);
+
 // Error text in the style Go prints ("no such file or directory"): managers match on it.
 std::string go_errno_text(int err);
 

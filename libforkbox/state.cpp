@@ -105,12 +105,14 @@ Result<ContainerState> parse_state(std::string_view text) {
 
 Result<void> validate_container_id(const std::string& id) {
     if (id.empty()) return fail(EINVAL, "container id cannot be empty");
-    if (id.size() > 1024) return fail(EINVAL, "invalid container id: longer than 1024 bytes");
-    if (id == "." || id == "..") return fail(EINVAL, "invalid container id: \"" + id + "\"");
+    if (id.size() > 1024) return fail(EINVAL, "invalid container ID format: longer than 1024 bytes");
+    // runc's rule: letters, digits and _ + - . only, so an id is always one safe path element.
     for (unsigned char c : id) {
-        if (c == '/' || c < 0x20 || c == 0x7f)
-            return fail(EINVAL, "invalid container id format: " + id);
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                  c == '+' || c == '-' || c == '.';
+        if (!ok) return fail(EINVAL, "invalid container ID format: " + id);
     }
+    if (id == "." || id == "..") return fail(EINVAL, "invalid container ID format: " + id);
     return {};
 }
 

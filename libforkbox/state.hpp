@@ -39,7 +39,7 @@ struct ContainerState {
 std::string serialize_state(const ContainerState& s);
 Result<ContainerState> parse_state(std::string_view json);
 
-// Ids: non-empty, at most 1024 bytes, no "/", not "." or "..", no control characters.
+// Ids: non-empty, at most 1024 bytes of [A-Za-z0-9_+-.], not "." or "..".
 Result<void> validate_container_id(const std::string& id);
 
 // An open, locked container directory. The lock is released when this is destroyed.
