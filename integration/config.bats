@@ -573,6 +573,7 @@ Gid: 100000"
 # ---------------------------------------------------------------- cgroups
 
 @test "linux.resources limits are written to the container's cgroup" {
+	skip_until_issue 3 "cgroup limits"
 	local cg=/$CID-cg
 	update_config '.linux.cgroupsPath = $p
 		| .linux.resources.pids = {"limit": 42}

@@ -136,6 +136,7 @@ load helpers
 }
 
 @test "create --console-socket sends the pty master and the process gets the pty as stdio" {
+	skip_until_issue 4 "terminals and --console-socket"
 	update_config '.process.terminal = true'
 	set_args /bin/fbhelper readlink /proc/self/fd/0
 	local sock=$BATS_TEST_TMPDIR/console.sock result=$BATS_TEST_TMPDIR/console.out
@@ -149,4 +150,14 @@ load helpers
 	run cat "$result"
 	assert_line --index 0 "isatty=True"
 	assert_line --index 1 --regexp '^/dev/pts/[0-9]+.?$'
+}
+
+@test "a terminal with a console socket fails with a clear error until terminals exist" {
+	skip_if_runc "runc supports terminals"
+	update_config '.process.terminal = true'
+	try_create "$CID" --console-socket "$BATS_TEST_TMPDIR/none.sock"
+	assert_failure
+	assert_stderr_contains "not supported yet"
+	run runtime state "$CID"
+	assert_failure
 }

@@ -17,6 +17,7 @@
 #include "libforkbox/namespaces.hpp"
 #include "libforkbox/pidfd.hpp"
 #include "libforkbox/plan.hpp"
+#include "libforkbox/seccomp.hpp"
 #include "libforkbox/sync.hpp"
 #include "libforkbox/syscalls.hpp"
 #include "oci/json.hpp"
@@ -122,7 +123,26 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
         return fail(EOPNOTSUPP, "process.terminal: terminals are not supported yet");
     }
     FB_ASSIGN(Plan plan, make_plan(spec, PlanOptions{opt.id, bundle}));
+    if (spec.linux && spec.linux->resources) {
+        const auto& r = *spec.linux->resources;
+        bool limits = r.memory || r.cpu || r.pids_limit || r.block_io || !r.hugepage_limits.empty() ||
+                      r.network || !r.rdma.empty() || !r.unified.empty();
+        std::string msg = "linux.resources are not applied yet (cgroup limits and device rules come "
+                          "with issue #3): the container is placed in its cgroup without limits";
+        // Every default config carries a deny-all device rule; only real limits are worth a warning.
+        if (limits)
+            log::warn(msg);
+        else if (!r.devices.empty())
+            log::debug(msg);
+    }
     if (!spec.process || plan.process.args.empty()) return fail(EINVAL, "config.json: process.args must not be empty");
+    // Compiled here, before clone: the child only hands the finished program to the kernel.
+    std::optional<SeccompProgram> seccomp;
+    if (spec.linux && spec.linux->seccomp) {
+        auto program = compile_seccomp(*spec.linux->seccomp);
+        if (!program) return std::unexpected(program.error().wrap("seccomp"));
+        seccomp = std::move(*program);
+    }
 
     FB_ASSIGN(ContainerDir dir, store.create(opt.id));
     ContainerDirGuard dir_guard{&dir};
@@ -163,6 +183,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     args.no_pivot = opt.no_pivot;
     args.preserve_fds = opt.preserve_fds;
     args.intermediate = plan.needs_intermediate();
+    if (seccomp) args.seccomp = &*seccomp;
 
     // Namespaces come with the clone itself, except those init unshares later and, on the
     // intermediate path, all of them (joins must happen first).

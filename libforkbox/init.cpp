@@ -13,6 +13,7 @@
 #include "libforkbox/hooks.hpp"
 #include "libforkbox/process.hpp"
 #include "libforkbox/rootfs.hpp"
+#include "libforkbox/seccomp.hpp"
 #include "libforkbox/state.hpp"
 #include "libforkbox/sync.hpp"
 #include "libforkbox/syscalls.hpp"
@@ -103,6 +104,11 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     if (proc.oom_score_adj) FB_TRY(set_oom_score_adj(*proc.oom_score_adj));
     if (::chdir(proc.cwd.c_str()) < 0) return sys_error("chdir to cwd " + proc.cwd);
 
+    // Without no_new_privs, installing a filter needs CAP_SYS_ADMIN: load it while init still
+    // has every capability, as runc does. With it, wait until just before execve, so that the
+    // filter sees as few of the runtime's own syscalls as possible.
+    if (a.seccomp && !proc.no_new_privileges) FB_TRY(load_seccomp(*a.seccomp));
+
     // No process.capabilities means none at all, as in runc (not "keep the host's").
     CapabilitySets caps;
     if (proc.capabilities) {
@@ -143,6 +149,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     envp.push_back(nullptr);
     // No host fd may survive into the container (CVE-2024-21626 class).
     sys::close_range(static_cast<unsigned>(3 + a.preserve_fds), ~0U, CLOSE_RANGE_CLOEXEC);
+    if (a.seccomp && proc.no_new_privileges) FB_TRY(load_seccomp(*a.seccomp));
     ::execve(exe.c_str(), argv.data(), envp.data());
     return fail(0, "exec: \"" + proc.args[0] + "\": " + go_errno_text(errno));
 }

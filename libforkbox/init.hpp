@@ -7,6 +7,7 @@
 #include "libforkbox/cgroups.hpp"
 #include "libforkbox/namespaces.hpp"
 #include "libforkbox/plan.hpp"
+#include "libforkbox/seccomp.hpp"
 
 namespace forkbox {
 
@@ -21,6 +22,7 @@ struct InitArgs {
     bool no_pivot = false;
     int preserve_fds = 0;
     bool intermediate = false;  // this process joins namespaces and forks init itself
+    const SeccompProgram* seccomp = nullptr;  // compiled by the parent; null without linux.seccomp
 };
 
 // Runs in the cloned child and never returns: it execs the container process or reports

@@ -3,6 +3,7 @@
 #include <string_view>
 #include <vector>
 
+#include "libforkbox/seccomp.hpp"
 #include "oci/json.hpp"
 #include "oci/linux_names.hpp"
 
@@ -43,8 +44,16 @@ std::string features_json() {
     w.key("v1").value(true).key("v2").value(true);
     w.key("systemd").value(false).key("systemdUser").value(false).key("rdma").value(false);
     w.end_object();
-    // Parsed and validated, but not applied until the seccomp executor lands: not claimed.
-    enabled(w, "seccomp", false);
+    // runtime-spec features-linux.md: knownFlags are the flags the runtime recognizes,
+    // supportedFlags the subset that this libseccomp and the running kernel can apply.
+    w.key("seccomp").begin_object();
+    w.key("enabled").value(true);
+    string_array(w, "actions", seccomp_supported_actions());
+    string_array(w, "operators", seccomp_operator_names());
+    string_array(w, "archs", seccomp_supported_arches());
+    string_array(w, "knownFlags", seccomp_flag_names());
+    string_array(w, "supportedFlags", seccomp_supported_flags());
+    w.end_object();
     enabled(w, "apparmor", false);
     enabled(w, "selinux", false);
     enabled(w, "intelRdt", false);

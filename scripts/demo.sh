@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# demo.sh [BUILD]: the main job. Makes a demo bundle from busybox-static, runs it through
+# `forkbox run`, prints its output and how long the run took.
+set -euo pipefail
+build=${1:-build}
+here=$(cd "$(dirname "$0")/.." && pwd)
+forkbox=$here/$build/forkbox
+work=$(mktemp -d /tmp/forkbox-demo.XXXXXX)
+chmod 0755 "$work"
+trap 'rm -rf --one-file-system "$work"' EXIT
+"$here/scripts/make-bundle.sh" "$work/bundle" "$forkbox" \
+	sh -c 'echo "hello from forkbox: hostname=$(hostname) pid=$$ uid=$(id -u)"; echo "rootfs: $(ls /)"'
+echo "== forkbox --version"
+"$forkbox" --version
+echo "== forkbox run demo"
+start=$(date +%s%N)
+"$forkbox" --root "$work/state" run --bundle "$work/bundle" forkbox-demo
+end=$(date +%s%N)
+echo "== forkbox run took $(( (end - start) / 1000 )) us (whole process, wall clock)"
