@@ -143,25 +143,6 @@ Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::st
     return p;
 }
 
-Result<void> CgroupPlacement::attach(pid_t pid, bool skip_unified) const {
-    std::string pid_text = std::to_string(pid);
-    for (const auto& dir : dirs_) {
-        if (skip_unified && unified_fd_.valid()) {
-            // the unified dir is the one opened as unified_fd_
-            struct stat a, b;
-            if (::fstat(unified_fd_.get(), &a) == 0 && ::stat(dir.c_str(), &b) == 0 &&
-                a.st_ino == b.st_ino && a.st_dev == b.st_dev)
-                continue;
-        }
-        std::string procs = dir + "/cgroup.procs";
-        unique_fd fd(::open(procs.c_str(), O_WRONLY | O_CLOEXEC));
-        if (!fd) return sys_error("open " + procs);
-        if (::write(fd.get(), pid_text.data(), pid_text.size()) < 0)
-            return sys_error("attach " + pid_text + " to " + dir);
-    }
-    return {};
-}
-
 Result<void> remove_cgroups(const std::vector<std::string>& created) {
     std::vector<std::string> dirs = created;
     // Children before parents: longest paths first.
@@ -191,6 +172,26 @@ Result<void> remove_cgroups(const std::vector<std::string>& created) {
         }
     }
     return result;
+}
+
+Result<std::vector<unique_fd>> CgroupPlacement::open_v1_task_files(const CgroupLayout& layout) const {
+    std::vector<unique_fd> fds;
+    for (size_t i = 0; i < layout.hierarchies.size() && i < dirs_.size(); ++i) {
+        if (layout.hierarchies[i].unified) continue;
+        std::string path = dirs_[i] + "/tasks";
+        unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+        if (!fd) return sys_error("open " + path);
+        fds.push_back(std::move(fd));
+    }
+    return fds;
+}
+
+Result<void> join_v1_cgroups(const std::vector<int>& task_fds) {
+    for (int fd : task_fds) {
+        if (::write(fd, "0", 1) < 0) return sys_error("join cgroup");
+        ::close(fd);
+    }
+    return {};
 }
 
 std::vector<pid_t> cgroup_pids(const std::string& dir) {

@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -75,11 +74,26 @@ std::string state_document(const ContainerInfo& info, bool pretty) {
 
 namespace {
 
+// The name of the state directory's owner from /etc/passwd (read directly: the binary is
+// static, and glibc's NSS modules cannot be loaded into it).
 std::string owner_of(const ContainerDir& dir) {
     struct stat st;
     if (::fstat(dir.fd(), &st) < 0) return "";
-    struct passwd* pw = ::getpwuid(st.st_uid);
-    return pw ? pw->pw_name : std::to_string(st.st_uid);
+    std::string uid = std::to_string(st.st_uid);
+    auto passwd = read_file("/etc/passwd");
+    if (!passwd) return uid;
+    size_t pos = 0;
+    while (pos < passwd->size()) {
+        size_t end = passwd->find('\n', pos);
+        if (end == std::string::npos) end = passwd->size();
+        std::string_view line(passwd->data() + pos, end - pos);
+        size_t c1 = line.find(':'), c2 = c1 == std::string_view::npos ? c1 : line.find(':', c1 + 1);
+        size_t c3 = c2 == std::string_view::npos ? c2 : line.find(':', c2 + 1);
+        if (c3 != std::string_view::npos && line.substr(c2 + 1, c3 - c2 - 1) == uid)
+            return std::string(line.substr(0, c1));
+        pos = end + 1;
+    }
+    return uid;
 }
 
 Result<ContainerInfo> load_info(const ContainerDir& dir) {

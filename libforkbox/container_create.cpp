@@ -176,6 +176,8 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     args.plan = &plan;
     args.cgroup_layout = &layout;
     args.cgroup_dirs = cgroups.dirs();
+    FB_ASSIGN(std::vector<unique_fd> task_files, cgroups.open_v1_task_files(layout));
+    for (const auto& fd : task_files) args.cgroup_task_fds.push_back(fd.get());
     args.namespaces = &namespaces;
     args.sync_fd = child_end.get();
     args.state_dir_fd = dir.fd();
@@ -201,7 +203,9 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     child_end.reset();
     namespaces.clear();
 
-    FB_TRY_CTX(cgroups.attach(child, cgroups.unified_fd() >= 0), "cgroup placement");
+    // Placement is done: clone3 put the child in the v2 cgroup, and it joins the v1
+    // hierarchies itself through these fds (see join_v1_cgroups).
+    task_files.clear();
     auto init_pid = drive_init(child, parent_end.get(), plan, state, init_guard);
     if (!init_pid) {
         // Runtime-spec: a failed create-phase hook stops the container and the lifecycle

@@ -65,6 +65,8 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
 
+    // Into the v1 cgroups before anything else can fork (v2: clone3 put us there).
+    FB_TRY(join_v1_cgroups(a.cgroup_task_fds));
     FB_ASSIGN(auto go, sync_expect(a.sync_fd, SyncType::Go));
     state_json = std::move(go.payload);
 

@@ -15,6 +15,7 @@ struct InitArgs {
     const Plan* plan = nullptr;
     const CgroupLayout* cgroup_layout = nullptr;
     std::vector<std::string> cgroup_dirs;
+    std::vector<int> cgroup_task_fds;  // v1 `tasks` files the child joins itself
     std::vector<OpenNamespace>* namespaces = nullptr;  // to join (intermediate path only)
     int sync_fd = -1;
     int state_dir_fd = -1;  // holds the exec fifo

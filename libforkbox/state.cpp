@@ -131,11 +131,9 @@ Result<void> write_file_atomic(int dirfd, const std::string& name, std::string_v
         }
         off += static_cast<size_t>(n);
     }
-    if (::fsync(fd.get()) < 0) {
-        int e = errno;
-        ::unlinkat(dirfd, tmp.c_str(), 0);
-        return sys_error(e, "fsync " + tmp);
-    }
+    // No fsync: rename makes the replacement atomic for every reader and against a crash of
+    // this process; state lives on tmpfs (/run), which a power loss empties anyway, and an
+    // fsync on a disk-backed --root costs milliseconds on every create.
     fd.reset();
     if (::renameat(dirfd, tmp.c_str(), dirfd, name.c_str()) < 0) {
         int e = errno;

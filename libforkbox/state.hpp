@@ -79,7 +79,7 @@ private:
     std::string root_;
 };
 
-// Atomic file replacement: write to a temp file beside it, fsync, rename.
+// Atomic file replacement: write to a temp file beside it, then rename over the target.
 Result<void> write_file_atomic(int dirfd, const std::string& name, std::string_view data, mode_t mode);
 Result<std::string> read_file(const std::string& path);
 Result<std::string> read_file_at(int dirfd, const std::string& name);
