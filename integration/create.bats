@@ -155,7 +155,7 @@ load helpers
 @test "a terminal with a console socket fails with a clear error until terminals exist" {
 	skip_if_runc "runc supports terminals"
 	update_config '.process.terminal = true'
-	try_create "$CID" --console-socket "$BATS_TEST_TMPDIR/none.sock"
+	try_create --bundle "$BUNDLE" --console-socket "$BATS_TEST_TMPDIR/none.sock" "$CID"
 	assert_failure
 	assert_stderr_contains "not supported yet"
 	run runtime state "$CID"
