@@ -6,6 +6,9 @@ BUILD ?= build
 CXX ?= g++
 CC ?= gcc
 
+# Build in parallel by default (sub-makes of demo/test pick this up).
+MAKEFLAGS += --jobs=$(shell nproc 2>/dev/null || echo 2)
+
 VERSION := $(shell cat VERSION)
 COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
@@ -90,7 +93,7 @@ check-asan:
 	$(MAKE) BUILD=build-asan CXXFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
 		LDFLAGS="-fsanitize=address,undefined" FORKBOX_LIBS="$(LIBS)" build-asan/unit-tests build-asan/forkbox build-asan/fbhelper
 	./build-asan/unit-tests
-	FORKBOX=$(CURDIR)/build-asan/forkbox bats integration/
+	FORKBOX=$(CURDIR)/build-asan/forkbox FBHELPER=$(CURDIR)/build-asan/fbhelper bats integration/
 
 # The OCI runtime-tools conformance programs (needs ../shared from the workspace).
 conformance: all

@@ -303,6 +303,22 @@ open_path_for_others() {
 	assert_success
 }
 
+@test "a tmpfs with tmpcopyup starts with the image's content under it" {
+	mkdir -p "$BUNDLE/rootfs/seed/sub"
+	echo seeded >"$BUNDLE/rootfs/seed/sub/file"
+	ln -s sub/file "$BUNDLE/rootfs/seed/link"
+	chmod 0750 "$BUNDLE/rootfs/seed/sub"
+	update_config '.mounts += [{"destination": "/seed", "type": "tmpfs", "source": "tmpfs",
+			"options": ["tmpcopyup", "ro"]}]'
+	run_sh 'cat /seed/link; stat -c %a /seed/sub; grep " /seed " /proc/self/mountinfo; touch /seed/new'
+	assert_line seeded
+	assert_line 750
+	assert_line --regexp " /seed .* - tmpfs "
+	assert_failure
+	# the image itself is untouched
+	[ ! -e "$BUNDLE/rootfs/seed/new" ]
+}
+
 @test "a read-only bind mount can be read but not written" {
 	mkdir "$BATS_TEST_TMPDIR/data"
 	echo "host data" >"$BATS_TEST_TMPDIR/data/file"

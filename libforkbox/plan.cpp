@@ -134,15 +134,21 @@ MountFlags parse_mount_options(const std::vector<std::string>& options) {
         if (matched) continue;
         for (const auto& o : kRecursiveOptions) {
             if (opt != o.name) continue;
-            // The atime modes are one field, not independent bits: setting one clears the rest.
-            if (o.attr == MOUNT_ATTR_NOATIME || o.attr == MOUNT_ATTR_STRICTATIME ||
-                (o.attr == MOUNT_ATTR_RELATIME && !o.clear)) {
+            // The atime modes are one field, not independent bits: a mode replaces the last.
+            bool atime_mode = o.attr == MOUNT_ATTR_NOATIME || o.attr == MOUNT_ATTR_STRICTATIME ||
+                              o.attr == MOUNT_ATTR_RELATIME;
+            if (atime_mode && !o.clear) {
+                f.recursive_set &= ~static_cast<uint64_t>(MOUNT_ATTR__ATIME);
                 f.recursive_clear |= MOUNT_ATTR__ATIME;
             }
-            if (o.clear)
-                f.recursive_clear |= o.attr;
-            else
+            // Last word wins, as with the plain flags ("rro,rrw" is read-write).
+            if (o.clear) {
+                f.recursive_set &= ~o.attr;
+                f.recursive_clear |= atime_mode ? MOUNT_ATTR__ATIME : o.attr;
+            } else {
                 f.recursive_set |= o.attr;
+                if (!atime_mode) f.recursive_clear &= ~o.attr;
+            }
             matched = true;
             break;
         }
@@ -259,7 +265,8 @@ Result<Plan> make_plan(const oci::Spec& spec, const PlanOptions& options) {
             // Relative bind sources are relative to the bundle, as in runc.
             step.source = join_path(options.bundle, m.source);
             unsigned long extra = step.flags.set & ~(MS_BIND | MS_REC | MS_REMOUNT);
-            step.bind_needs_remount = extra != 0 || step.flags.clear != 0;
+            // A plain "rw" changes nothing on a fresh bind: no remount for it alone.
+            step.bind_needs_remount = extra != 0 || (step.flags.clear & ~MS_RDONLY) != 0;
         } else if (m.type == "proc") {
             step.kind = MountKind::Proc;
         } else if (m.type == "sysfs") {

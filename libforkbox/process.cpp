@@ -17,7 +17,9 @@ namespace forkbox {
 
 std::string go_errno_text(int err) {
     std::string s = std::strerror(err);
-    if (!s.empty()) s[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(s[0])));
+    // Go lowercases the first letter unless the word is an acronym ("RFS specific error").
+    if (s.size() > 1 && std::islower(static_cast<unsigned char>(s[1])))
+        s[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(s[0])));
     return s;
 }
 

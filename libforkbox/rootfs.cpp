@@ -1,13 +1,16 @@
 #include "libforkbox/rootfs.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <array>
+#include <memory>
 #include <string_view>
 
 #include "libforkbox/mounts.hpp"
@@ -111,9 +114,76 @@ Result<void> bind_host_fallback(int root_fd, const std::string& host, const Moun
     return {};
 }
 
+// Copies the directory tree under src into dst (both readable directory fds), keeping modes
+// and owners: the image's content under a tmpfs mounted with "tmpcopyup". Never follows a
+// symlink: links are copied as links.
+Result<void> copy_tree(int src, int dst, const std::string& what) {
+    int dupfd = ::dup(src);
+    if (dupfd < 0) return sys_error("dup");
+    DIR* d = ::fdopendir(dupfd);
+    if (!d) {
+        ::close(dupfd);
+        return sys_error("read " + what);
+    }
+    std::unique_ptr<DIR, int (*)(DIR*)> guard(d, ::closedir);
+    while (auto* e = ::readdir(d)) {
+        std::string name = e->d_name;
+        if (name == "." || name == "..") continue;
+        struct stat st;
+        if (::fstatat(src, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) return sys_error("stat " + what + "/" + name);
+        std::string child = what + "/" + name;
+        if (S_ISDIR(st.st_mode)) {
+            if (::mkdirat(dst, name.c_str(), st.st_mode & 07777) < 0 && errno != EEXIST) return sys_error("mkdir " + child);
+            unique_fd s2(::openat(src, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+            unique_fd d2(::openat(dst, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+            if (!s2 || !d2) return sys_error("open " + child);
+            FB_TRY(copy_tree(s2.get(), d2.get(), child));
+        } else if (S_ISREG(st.st_mode)) {
+            unique_fd in(::openat(src, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+            unique_fd out(::openat(dst, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, st.st_mode & 07777));
+            if (!in || !out) return sys_error("copy " + child);
+            off_t left = st.st_size;
+            while (left > 0) {
+                // sendfile, not copy_file_range: the copy always crosses filesystems (EXDEV).
+                ssize_t n = ::sendfile(out.get(), in.get(), nullptr, static_cast<size_t>(left));
+                if (n < 0) return sys_error("copy " + child);
+                if (n == 0) break;
+                left -= n;
+            }
+        } else if (S_ISLNK(st.st_mode)) {
+            char buf[4096];
+            ssize_t n = ::readlinkat(src, name.c_str(), buf, sizeof buf - 1);
+            if (n < 0) return sys_error("readlink " + child);
+            buf[n] = 0;
+            if (::symlinkat(buf, dst, name.c_str()) < 0) return sys_error("symlink " + child);
+        } else {
+            if (::mknodat(dst, name.c_str(), st.st_mode, st.st_rdev) < 0) return sys_error("mknod " + child);
+        }
+        if (::fchownat(dst, name.c_str(), st.st_uid, st.st_gid, AT_SYMLINK_NOFOLLOW) < 0)
+            return sys_error("chown " + child);
+        if (!S_ISLNK(st.st_mode) && ::fchmodat(dst, name.c_str(), st.st_mode & 07777, 0) < 0)
+            return sys_error("chmod " + child);
+    }
+    return {};
+}
+
+Result<unique_fd> open_readable_dir(int root_fd, const std::string& path) {
+    FB_ASSIGN(unique_fd p, open_in_root(root_fd, path));
+    unique_fd fd(::openat(p.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) return sys_error("open " + path);
+    return fd;
+}
+
 Result<void> mount_filesystem(const RootfsContext& ctx, int root_fd, const MountStep& m,
                               const char* fstype, unsigned long flags) {
     FB_ASSIGN(unique_fd target, create_in_root(root_fd, m.destination, false));
+    // tmpcopyup: hold the image's directory before the tmpfs covers it.
+    unique_fd image_dir;
+    unsigned long final_flags = flags;
+    if (m.flags.tmpcopyup) {
+        FB_ASSIGN(image_dir, open_readable_dir(root_fd, m.destination));
+        flags &= ~MS_RDONLY;  // filled first, made read-only after
+    }
     std::string data = m.flags.data;
     const char* source = m.source.empty() ? fstype : m.source.c_str();
     std::string what = std::string(fstype) + " on " + m.destination;
@@ -130,6 +200,14 @@ Result<void> mount_filesystem(const RootfsContext& ctx, int root_fd, const Mount
         if (t == "mqueue") return bind_host_fallback(root_fd, "/dev/mqueue", m);
     }
     if (!r) return r;
+    if (image_dir) {
+        FB_ASSIGN(unique_fd fresh, open_readable_dir(root_fd, m.destination));
+        FB_TRY(copy_tree(image_dir.get(), fresh.get(), m.destination));
+        if ((final_flags & MS_RDONLY) &&
+            ::mount(nullptr, fd_path(fresh.get()).c_str(), nullptr, MS_REMOUNT | final_flags,
+                    data.empty() ? nullptr : data.c_str()) < 0)
+            return sys_error("remount " + m.destination + " read-only");
+    }
     if (m.flags.propagation || m.flags.recursive_set || m.flags.recursive_clear) {
         FB_ASSIGN(unique_fd mounted, open_in_root(root_fd, m.destination));
         if (m.flags.propagation) FB_TRY(set_propagation(mounted.get(), m.flags.propagation, m.destination));
@@ -273,8 +351,8 @@ Result<void> prepare_rootfs(const RootfsContext& ctx) {
         case MountKind::Sysfs: FB_TRY(mount_filesystem(ctx, root_fd.get(), m, "sysfs", flags)); break;
         case MountKind::Cgroup: FB_TRY(mount_cgroups(ctx, root_fd.get(), m)); break;
         case MountKind::Other:
-            if (m.flags.tmpcopyup)
-                return fail(EOPNOTSUPP, "mount " + m.destination + ": option tmpcopyup is not supported yet");
+            if (m.flags.tmpcopyup && m.fstype != "tmpfs")
+                return fail(EINVAL, "mount " + m.destination + ": tmpcopyup needs a tmpfs");
             FB_TRY(mount_filesystem(ctx, root_fd.get(), m, m.fstype.c_str(), flags));
             break;
         }

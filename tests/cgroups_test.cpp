@@ -1,0 +1,182 @@
+#include "libforkbox/cgroups.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+using namespace forkbox;
+
+namespace {
+
+// A cgroup v1 host (CentOS 7 / RHEL 7 style): systemd's named hierarchy with its
+// release agent, co-mounted controllers, and the tmpfs that holds them.
+constexpr const char* kV1Host =
+    "18 62 0:17 / /sys rw,nosuid,nodev,noexec,relatime shared:6 - sysfs sysfs rw\n"
+    "24 18 0:20 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:8 - tmpfs tmpfs ro,mode=755\n"
+    "25 24 0:21 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:9 - cgroup cgroup "
+    "rw,xattr,release_agent=/usr/lib/systemd/systemd-cgroups-agent,name=systemd\n"
+    "27 24 0:23 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:10 - cgroup cgroup "
+    "rw,cpu,cpuacct\n"
+    "28 24 0:24 / /sys/fs/cgroup/net_cls,net_prio rw,nosuid,nodev,noexec,relatime shared:11 - cgroup "
+    "cgroup rw,net_cls,net_prio\n"
+    "29 24 0:25 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime shared:12 - cgroup cgroup "
+    "rw,memory\n"
+    "30 24 0:26 / /sys/fs/cgroup/cpuset rw,nosuid,nodev,noexec,relatime shared:13 - cgroup cgroup "
+    "rw,cpuset,clone_children\n"
+    "31 24 0:27 / /sys/fs/cgroup/pids rw,nosuid,nodev,noexec,relatime shared:14 - cgroup cgroup rw,pids\n";
+
+// A pure cgroup v2 host (Ubuntu 22.04, Fedora): one unified hierarchy at /sys/fs/cgroup.
+constexpr const char* kV2Host =
+    "22 27 0:21 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw\n"
+    "26 22 0:23 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 "
+    "rw,nsdelegate,memory_recursiveprot\n"
+    "27 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n";
+
+// This machine's hybrid layout: v1 controllers each on their own, systemd's named
+// hierarchy, and cgroup2 at /sys/fs/cgroup/unified (no optional fields).
+constexpr const char* kHybridHost =
+    "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+    "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+    "33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct\n"
+    "34 31 0:31 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset\n"
+    "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+    "36 31 0:33 / /sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices\n"
+    "37 31 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer\n"
+    "38 31 0:35 / /sys/fs/cgroup/blkio rw,relatime - cgroup cgroup rw,blkio\n"
+    "39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n"
+    "40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd\n"
+    "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+
+std::vector<std::string> mountpoints(const CgroupLayout& l) {
+    std::vector<std::string> out;
+    for (const auto& h : l.hierarchies) out.push_back(h.mountpoint);
+    return out;
+}
+
+std::vector<std::string> controllers(const CgroupLayout& l) {
+    std::vector<std::string> out;
+    for (const auto& h : l.hierarchies) out.push_back(h.controllers);
+    return out;
+}
+
+}  // namespace
+
+// ---- cgroup v1 ----
+
+TEST(CgroupLayout, V1HostIsV1) { EXPECT_EQ(parse_cgroup_layout(kV1Host).mode, CgroupMode::V1); }
+
+TEST(CgroupLayout, V1HostHasOneHierarchyPerCgroupMountInOrder) {
+    EXPECT_EQ(mountpoints(parse_cgroup_layout(kV1Host)),
+              (std::vector<std::string>{"/sys/fs/cgroup/systemd", "/sys/fs/cgroup/cpu,cpuacct",
+                                        "/sys/fs/cgroup/net_cls,net_prio", "/sys/fs/cgroup/memory",
+                                        "/sys/fs/cgroup/cpuset", "/sys/fs/cgroup/pids"}));
+}
+
+TEST(CgroupLayout, V1ControllersAreTheSuperOptionsWithoutMountNoise) {
+    EXPECT_EQ(controllers(parse_cgroup_layout(kV1Host)),
+              (std::vector<std::string>{"name=systemd", "cpu,cpuacct", "net_cls,net_prio", "memory", "cpuset",
+                                        "pids"}));
+}
+
+TEST(CgroupLayout, V1HostHasNoUnifiedHierarchy) {
+    auto l = parse_cgroup_layout(kV1Host);
+    EXPECT_EQ(l.unified(), nullptr);
+    for (const auto& h : l.hierarchies) EXPECT_FALSE(h.unified) << h.mountpoint;
+}
+
+TEST(CgroupLayout, V1SuperOptionsNoiseIsDropped) {
+    auto l = parse_cgroup_layout(
+        "40 31 0:40 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup "
+        "ro,noprefix,cpuset,cpuset_v2_mode,favordynmods,xattr\n");
+    ASSERT_EQ(l.hierarchies.size(), 1u);
+    EXPECT_EQ(l.hierarchies[0].controllers, "cpuset");
+}
+
+TEST(CgroupLayout, V1HierarchyMountedTwiceIsListedOnce) {
+    auto l = parse_cgroup_layout(
+        "29 24 0:25 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+        "90 60 0:25 / /mnt/memory rw,relatime - cgroup cgroup rw,memory\n");
+    EXPECT_EQ(mountpoints(l), (std::vector<std::string>{"/sys/fs/cgroup/memory"}));
+}
+
+// Inside a container without a cgroup namespace, /sys/fs/cgroup/* are binds of sub-cgroups.
+TEST(CgroupLayout, BindOfASubCgroupIsNotAHierarchyRoot) {
+    auto l = parse_cgroup_layout(
+        "700 690 0:25 /docker/0123abcd /sys/fs/cgroup/memory ro,nosuid,nodev,noexec,relatime master:12 - "
+        "cgroup cgroup rw,memory\n"
+        "701 690 0:38 /docker/0123abcd /sys/fs/cgroup/unified ro,relatime - cgroup2 cgroup2 rw\n");
+    EXPECT_EQ(l.mode, CgroupMode::None);
+    EXPECT_TRUE(l.hierarchies.empty());
+}
+
+// ---- cgroup v2 ----
+
+TEST(CgroupLayout, PureV2HostIsV2) { EXPECT_EQ(parse_cgroup_layout(kV2Host).mode, CgroupMode::V2); }
+
+TEST(CgroupLayout, PureV2HostHasOnlyTheUnifiedHierarchy) {
+    auto l = parse_cgroup_layout(kV2Host);
+    ASSERT_EQ(l.hierarchies.size(), 1u);
+    EXPECT_TRUE(l.hierarchies[0].unified);
+    EXPECT_EQ(l.hierarchies[0].mountpoint, "/sys/fs/cgroup");
+    EXPECT_EQ(l.hierarchies[0].controllers, "");
+}
+
+TEST(CgroupLayout, PureV2HostUnifiedPointsAtSysFsCgroup) {
+    auto l = parse_cgroup_layout(kV2Host);
+    ASSERT_NE(l.unified(), nullptr);
+    EXPECT_EQ(l.unified()->mountpoint, "/sys/fs/cgroup");
+}
+
+TEST(CgroupLayout, SecondCgroup2MountIsIgnored) {
+    auto l = parse_cgroup_layout(
+        "26 22 0:23 / /sys/fs/cgroup rw,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate\n"
+        "80 70 0:23 / /run/extra/cgroup rw,relatime - cgroup2 cgroup2 rw,nsdelegate\n");
+    EXPECT_EQ(mountpoints(l), (std::vector<std::string>{"/sys/fs/cgroup"}));
+}
+
+// ---- hybrid ----
+
+TEST(CgroupLayout, HybridHostIsHybrid) {
+    EXPECT_EQ(parse_cgroup_layout(kHybridHost).mode, CgroupMode::Hybrid);
+}
+
+TEST(CgroupLayout, HybridHostListsEveryV1ControllerAndTheUnifiedHierarchy) {
+    auto l = parse_cgroup_layout(kHybridHost);
+    EXPECT_EQ(controllers(l), (std::vector<std::string>{"cpu", "cpuacct", "cpuset", "memory", "devices",
+                                                        "freezer", "blkio", "pids", "name=systemd", ""}));
+}
+
+TEST(CgroupLayout, HybridHostUnifiedIsSysFsCgroupUnified) {
+    auto l = parse_cgroup_layout(kHybridHost);
+    ASSERT_NE(l.unified(), nullptr);
+    EXPECT_EQ(l.unified()->mountpoint, "/sys/fs/cgroup/unified");
+}
+
+TEST(CgroupLayout, TmpfsHoldingTheHierarchiesIsNotOne) {
+    for (const auto& m : mountpoints(parse_cgroup_layout(kHybridHost))) EXPECT_NE(m, "/sys/fs/cgroup");
+}
+
+// ---- degenerate input ----
+
+TEST(CgroupLayout, NoCgroupMountsIsNone) {
+    auto l = parse_cgroup_layout("27 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n");
+    EXPECT_EQ(l.mode, CgroupMode::None);
+    EXPECT_TRUE(l.hierarchies.empty());
+    EXPECT_EQ(l.unified(), nullptr);
+}
+
+TEST(CgroupLayout, EmptyTextIsNone) { EXPECT_EQ(parse_cgroup_layout("").mode, CgroupMode::None); }
+
+TEST(CgroupLayout, LastLineWithoutNewlineIsRead) {
+    auto l = parse_cgroup_layout("41 31 0:38 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw");
+    EXPECT_EQ(l.mode, CgroupMode::V2);
+}
+
+TEST(CgroupLayout, MalformedLinesAreSkipped) {
+    auto l = parse_cgroup_layout(
+        "garbage\n"
+        "1 2 - cgroup\n"
+        "41 31 0:38 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw\n");
+    EXPECT_EQ(mountpoints(l), (std::vector<std::string>{"/sys/fs/cgroup"}));
+}

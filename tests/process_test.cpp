@@ -1,0 +1,143 @@
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "libforkbox/caps.hpp"
+#include "libforkbox/namespaces.hpp"
+#include "libforkbox/process.hpp"
+
+using namespace forkbox;
+using namespace forkbox::oci;
+
+namespace {
+
+constexpr uint64_t bit(int cap) { return uint64_t{1} << cap; }
+
+CapabilitySets sets_of(const Capabilities& c) {
+    auto r = capability_sets(c);
+    EXPECT_TRUE(r.has_value()) << (r ? "" : r.error().what());
+    return r ? *r : CapabilitySets{};
+}
+
+std::string error_of(const Capabilities& c) {
+    auto r = capability_sets(c);
+    EXPECT_FALSE(r.has_value()) << "accepted";
+    return r ? std::string() : r.error().what();
+}
+
+}  // namespace
+
+// ---- format_id_mappings ----
+
+TEST(IdMappings, OneMappingIsOneLine) {
+    EXPECT_EQ(format_id_mappings({IdMapping{0, 100000, 65536}}), "0 100000 65536\n");
+}
+
+TEST(IdMappings, EachMappingIsALineInOrder) {
+    EXPECT_EQ(format_id_mappings({IdMapping{0, 1000, 1}, IdMapping{1, 100000, 65535}}),
+              "0 1000 1\n1 100000 65535\n");
+}
+
+TEST(IdMappings, NoMappingsIsEmptyText) { EXPECT_EQ(format_id_mappings({}), ""); }
+
+TEST(IdMappings, LargestIdsAreWrittenUnsigned) {
+    EXPECT_EQ(format_id_mappings({IdMapping{4294967294u, 4294967294u, 1}}), "4294967294 4294967294 1\n");
+}
+
+// ---- go_errno_text ----
+
+TEST(GoErrnoText, EnoentIsLowercased) { EXPECT_EQ(go_errno_text(ENOENT), "no such file or directory"); }
+
+TEST(GoErrnoText, EaccesIsPermissionDenied) { EXPECT_EQ(go_errno_text(EACCES), "permission denied"); }
+
+TEST(GoErrnoText, EnoexecIsExecFormatError) { EXPECT_EQ(go_errno_text(ENOEXEC), "exec format error"); }
+
+TEST(GoErrnoText, OnlyTheFirstLetterIsLowercased) {
+    EXPECT_EQ(go_errno_text(EREMOTEIO), "remote I/O error");
+}
+
+// Go lowercases the first letter only when the second is lowercase
+TEST(GoErrnoText, LeadingAcronymStaysUppercaseAsInGo) {
+    EXPECT_EQ(go_errno_text(EDOTDOT), "RFS specific error");
+}
+
+// ---- capability_sets ----
+
+TEST(Capabilities, NoCapabilitiesAreEmptyMasks) {
+    auto s = sets_of(Capabilities{});
+    EXPECT_EQ(s.bounding, 0u);
+    EXPECT_EQ(s.effective, 0u);
+    EXPECT_EQ(s.permitted, 0u);
+    EXPECT_EQ(s.inheritable, 0u);
+    EXPECT_EQ(s.ambient, 0u);
+}
+
+TEST(Capabilities, NamesBecomeTheirKernelBits) {
+    Capabilities c;
+    c.bounding = {"CAP_CHOWN", "CAP_KILL", "CAP_SYS_ADMIN"};
+    EXPECT_EQ(sets_of(c).bounding, bit(0) | bit(5) | bit(21));
+}
+
+TEST(Capabilities, HighestKnownCapabilityIsBit40) {
+    Capabilities c;
+    c.effective = {"CAP_CHECKPOINT_RESTORE"};
+    EXPECT_EQ(sets_of(c).effective, bit(40));
+}
+
+TEST(Capabilities, EachSetGetsItsOwnMask) {
+    Capabilities c;
+    c.bounding = {"CAP_CHOWN"};
+    c.effective = {"CAP_DAC_OVERRIDE"};
+    c.permitted = {"CAP_FOWNER"};
+    c.inheritable = {"CAP_FSETID"};
+    c.ambient = {"CAP_KILL"};
+    auto s = sets_of(c);
+    EXPECT_EQ(s.bounding, bit(0));
+    EXPECT_EQ(s.effective, bit(1));
+    EXPECT_EQ(s.permitted, bit(3));
+    EXPECT_EQ(s.inheritable, bit(4));
+    EXPECT_EQ(s.ambient, bit(5));
+}
+
+TEST(Capabilities, RepeatedNameIsOneBit) {
+    Capabilities c;
+    c.permitted = {"CAP_NET_RAW", "CAP_NET_RAW"};
+    EXPECT_EQ(sets_of(c).permitted, bit(13));
+}
+
+TEST(Capabilities, UnknownNameIsAnErrorNamingTheSet) {
+    Capabilities c;
+    c.bounding = {"CAP_CHOWN"};
+    c.ambient = {"CAP_FLY"};
+    EXPECT_EQ(error_of(c), "process.capabilities.ambient: unknown capability \"CAP_FLY\"");
+}
+
+TEST(Capabilities, UnknownNameInInheritableNamesInheritable) {
+    Capabilities c;
+    c.inheritable = {"CAP_NOPE"};
+    EXPECT_EQ(error_of(c), "process.capabilities.inheritable: unknown capability \"CAP_NOPE\"");
+}
+
+TEST(Capabilities, UnknownNameIsEinval) {
+    Capabilities c;
+    c.effective = {"CAP_NOPE"};
+    auto r = capability_sets(c);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().errnum(), EINVAL);
+}
+
+// Exact spec names, as runc accepts them.
+TEST(Capabilities, LowercaseNameIsUnknown) {
+    Capabilities c;
+    c.bounding = {"cap_chown"};
+    EXPECT_EQ(error_of(c), "process.capabilities.bounding: unknown capability \"cap_chown\"");
+}
+
+TEST(Capabilities, NameWithoutCapPrefixIsUnknown) {
+    Capabilities c;
+    c.permitted = {"CHOWN"};
+    EXPECT_EQ(error_of(c), "process.capabilities.permitted: unknown capability \"CHOWN\"");
+}

@@ -1,0 +1,160 @@
+#include "libforkbox/state.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+using namespace forkbox;
+
+namespace {
+
+ContainerState full_state() {
+    ContainerState s;
+    s.oci_version = "1.3.0";
+    s.id = "web-1";
+    s.pid = 4242;
+    s.pid_start_time = 123456789;
+    s.bundle = "/run/bundles/web-1";
+    s.rootfs = "/run/bundles/web-1/rootfs";
+    s.created = "2026-12-01T03:44:33.123456789Z";
+    s.owner = "root";
+    s.annotations = {{"org.example.a", "1"}, {"org.example.b", "two"}};
+    s.own_pid_namespace = true;
+    s.cgroup_dirs = {"/sys/fs/cgroup/memory/forkbox/web-1", "/sys/fs/cgroup/unified/forkbox/web-1"};
+    s.cgroup_dirs_created = {"/sys/fs/cgroup/memory/forkbox", "/sys/fs/cgroup/memory/forkbox/web-1"};
+    return s;
+}
+
+ContainerState round_trip(const ContainerState& s) {
+    auto r = parse_state(serialize_state(s));
+    EXPECT_TRUE(r.has_value()) << (r ? "" : r.error().what());
+    return r ? *r : ContainerState{};
+}
+
+void expect_same(const ContainerState& a, const ContainerState& b) {
+    EXPECT_EQ(a.oci_version, b.oci_version);
+    EXPECT_EQ(a.id, b.id);
+    EXPECT_EQ(a.pid, b.pid);
+    EXPECT_EQ(a.pid_start_time, b.pid_start_time);
+    EXPECT_EQ(a.bundle, b.bundle);
+    EXPECT_EQ(a.rootfs, b.rootfs);
+    EXPECT_EQ(a.created, b.created);
+    EXPECT_EQ(a.owner, b.owner);
+    EXPECT_EQ(a.annotations, b.annotations);
+    EXPECT_EQ(a.own_pid_namespace, b.own_pid_namespace);
+    EXPECT_EQ(a.cgroup_dirs, b.cgroup_dirs);
+    EXPECT_EQ(a.cgroup_dirs_created, b.cgroup_dirs_created);
+}
+
+bool id_ok(const std::string& id) { return validate_container_id(id).has_value(); }
+
+}  // namespace
+
+// ---- serialize_state / parse_state ----
+
+TEST(State, EveryFieldSurvivesARoundTrip) {
+    auto s = full_state();
+    expect_same(round_trip(s), s);
+}
+
+TEST(State, DefaultStateSurvivesARoundTrip) {
+    ContainerState s;
+    expect_same(round_trip(s), s);
+}
+
+TEST(State, StringsNeedingJsonEscapesSurviveARoundTrip) {
+    auto s = full_state();
+    s.annotations = {{"quote\"key", "back\\slash"}, {"ctl", "line\nbreak\ttab\x01"}, {"utf8", "h\xc3\xa9llo"}};
+    s.bundle = "/run/bundle with space/\"x\"";
+    expect_same(round_trip(s), s);
+}
+
+// The start time is a raw kernel counter: it must not be squeezed through int64 or a double.
+TEST(State, PidStartTimeAboveInt64MaxSurvivesARoundTrip) {
+    auto s = full_state();
+    s.pid_start_time = UINT64_MAX;
+    EXPECT_EQ(round_trip(s).pid_start_time, UINT64_MAX);
+}
+
+TEST(State, SerializedStateUsesTheOciFieldNames) {
+    auto text = serialize_state(full_state());
+    EXPECT_NE(text.find("\"ociVersion\":\"1.3.0\""), std::string::npos) << text;
+    EXPECT_NE(text.find("\"id\":\"web-1\""), std::string::npos) << text;
+    EXPECT_NE(text.find("\"pid\":4242"), std::string::npos) << text;
+    EXPECT_NE(text.find("\"bundle\":\"/run/bundles/web-1\""), std::string::npos) << text;
+}
+
+TEST(State, EmptyObjectParsesToDefaults) {
+    auto r = parse_state("{}");
+    ASSERT_TRUE(r.has_value()) << r.error().what();
+    expect_same(*r, ContainerState{});
+}
+
+TEST(State, UnknownFieldsAreIgnored) {
+    auto r = parse_state(R"({"id":"a","status":"running","future":{"x":[1,2]}})");
+    ASSERT_TRUE(r.has_value()) << r.error().what();
+    EXPECT_EQ(r->id, "a");
+}
+
+TEST(State, NonObjectIsAnError) { EXPECT_FALSE(parse_state("[]").has_value()); }
+
+TEST(State, InvalidJsonIsAnError) { EXPECT_FALSE(parse_state("{\"id\":").has_value()); }
+
+TEST(State, PidOfTheWrongTypeIsAnError) { EXPECT_FALSE(parse_state(R"({"pid":"42"})").has_value()); }
+
+TEST(State, NonStringAnnotationIsAnError) {
+    EXPECT_FALSE(parse_state(R"({"annotations":{"a":1}})").has_value());
+}
+
+TEST(State, NonArrayCgroupDirsIsAnError) {
+    EXPECT_FALSE(parse_state(R"({"cgroupDirs":"/sys/fs/cgroup"})").has_value());
+}
+
+// ---- validate_container_id ----
+
+TEST(ContainerId, LettersDigitsAndUnderscorePlusMinusDotAreAccepted) {
+    EXPECT_TRUE(id_ok("Web_1+a-b.c"));
+}
+
+TEST(ContainerId, SingleCharacterIsAccepted) { EXPECT_TRUE(id_ok("a")); }
+
+TEST(ContainerId, EmptyIsRefused) {
+    auto r = validate_container_id("");
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().errnum(), EINVAL);
+    EXPECT_EQ(r.error().what(), "container id cannot be empty");
+}
+
+TEST(ContainerId, DotIsRefused) { EXPECT_FALSE(id_ok(".")); }
+
+TEST(ContainerId, DotDotIsRefused) { EXPECT_FALSE(id_ok("..")); }
+
+TEST(ContainerId, ThreeDotsIsAccepted) { EXPECT_TRUE(id_ok("...")); }
+
+TEST(ContainerId, LeadingDotIsAccepted) { EXPECT_TRUE(id_ok(".hidden")); }
+
+TEST(ContainerId, SlashIsRefusedWithTheIdInTheMessage) {
+    auto r = validate_container_id("a/b");
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().errnum(), EINVAL);
+    EXPECT_EQ(r.error().what(), "invalid container ID format: a/b");
+}
+
+TEST(ContainerId, PathTraversalIsRefused) { EXPECT_FALSE(id_ok("../etc")); }
+
+TEST(ContainerId, SpaceIsRefused) { EXPECT_FALSE(id_ok("a b")); }
+
+TEST(ContainerId, ColonIsRefused) { EXPECT_FALSE(id_ok("a:b")); }
+
+TEST(ContainerId, NulByteIsRefused) { EXPECT_FALSE(id_ok(std::string("a\0b", 3))); }
+
+TEST(ContainerId, NonAsciiIsRefused) { EXPECT_FALSE(id_ok("caf\xc3\xa9")); }
+
+TEST(ContainerId, ExactlyMaxLengthIsAccepted) { EXPECT_TRUE(id_ok(std::string(1024, 'a'))); }
+
+TEST(ContainerId, LongerThanMaxLengthIsRefused) {
+    auto r = validate_container_id(std::string(1025, 'a'));
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().what(), "invalid container ID format: longer than 1024 bytes");
+}
