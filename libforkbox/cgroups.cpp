@@ -162,8 +162,10 @@ Result<void> remove_cgroups(const std::vector<std::string>& created) {
             // A parent we made may since hold other containers' cgroups: leave it.
             if (!leaf && (errno == EBUSY || errno == ENOTEMPTY)) break;
             // A leaf stays busy for a moment while the kernel releases exited tasks.
-            if (errno == EBUSY && ++tries < 200) {
-                struct timespec ts {0, 5 * 1000 * 1000};
+            // Back off from 50 us up to 10 ms, about 2 s in all.
+            if (errno == EBUSY && ++tries < 220) {
+                long us = std::min(50L << std::min(tries, 8), 10000L);
+                struct timespec ts {0, us * 1000};
                 nanosleep(&ts, nullptr);
                 continue;
             }
