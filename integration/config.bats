@@ -504,6 +504,16 @@ ok"
 	done
 }
 
+@test "a time namespace with a boottime offset shifts the container's uptime" {
+	update_config '.linux.namespaces += [{"type": "time"}]
+		| .linux.timeOffsets = {"boottime": {"secs": 100000000, "nanosecs": 0},
+			"monotonic": {"secs": 5, "nanosecs": 0}}'
+	run_sh 'cut -d. -f1 /proc/uptime; readlink /proc/self/ns/time'
+	assert_success
+	[ "${lines[0]}" -ge 100000000 ] || fail "uptime ${lines[0]} has no offset"
+	[ "${lines[1]}" != "$(readlink /proc/self/ns/time)" ] || fail "not a new time namespace"
+}
+
 @test "a namespace left out of the config is the runtime's" {
 	remove_namespace ipc
 	run_helper readlink /proc/self/ns/ipc

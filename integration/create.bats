@@ -115,6 +115,24 @@ load helpers
 	[ ! -e "$ROOT/$CID" ]
 }
 
+@test "a create that fails inside init leaves no process, mount, cgroup or state behind" {
+	local cg=/$CID-failed
+	update_config '.linux.cgroupsPath = $p
+		| .mounts += [{"destination": "/broken", "type": "no-such-fs", "source": "none"}]' --arg p "$cg"
+	try_create --bundle "$BUNDLE" "$CID"
+	assert_failure
+	assert_stderr_contains "no-such-fs"
+	[ ! -e "$ROOT/$CID" ]
+	local d
+	for d in /sys/fs/cgroup/*"$cg" /sys/fs/cgroup"$cg"; do
+		[ ! -e "$d" ] || fail "cgroup $d was left behind"
+	done
+	run grep -F "$BUNDLE" /proc/self/mountinfo
+	assert_failure
+	run pgrep -f -- "--root $ROOT create"
+	assert_failure
+}
+
 @test "create of a missing executable fails at create time, not at start" {
 	set_args /bin/no-such-program
 	run create_container "$CID"
