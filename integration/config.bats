@@ -599,7 +599,6 @@ Gid: 100000"
 # ---------------------------------------------------------------- cgroups
 
 @test "linux.resources limits are written to the container's cgroup" {
-	skip_until_issue 3 "cgroup limits"
 	local cg=/$CID-cg
 	update_config '.linux.cgroupsPath = $p
 		| .linux.resources.pids = {"limit": 42}
@@ -622,6 +621,87 @@ Gid: 100000"
 	# And the init is in that cgroup.
 	run grep -E "(^0::|:pids:)$cg\$" "/proc/$(container_pid "$CID")/cgroup"
 	assert_success
+}
+
+# cgroup_file CONTROLLER PATH FILE: the file of the container's cgroup at PATH, on the v1
+# hierarchy of CONTROLLER when there is one, else in the unified hierarchy.
+cgroup_file() {
+	local v1=/sys/fs/cgroup/$1$2/$3
+	if [ -f "$v1" ]; then echo "$v1"
+	elif [ -d /sys/fs/cgroup/unified ]; then echo "/sys/fs/cgroup/unified$2/$3"
+	else echo "/sys/fs/cgroup$2/$3"; fi
+}
+
+# assert_no_cgroup PATH: no hierarchy holds a cgroup at PATH.
+assert_no_cgroup() {
+	local d
+	for d in /sys/fs/cgroup/*"$1" "/sys/fs/cgroup$1"; do
+		[ ! -e "$d" ] || fail "cgroup $d left behind"
+	done
+}
+
+@test "linux.resources.cpu shares and quota are written (as cpu.weight and cpu.max on v2)" {
+	local cg=/$CID-cg
+	update_config '.linux.cgroupsPath = $p
+		| .linux.resources.cpu = {"shares": 512, "quota": 50000, "period": 100000}' --arg p "$cg"
+	set_args /bin/fbhelper sleep 100
+	create_container "$CID" || fail "create: $(container_err "$CID")"
+	if [ -f "/sys/fs/cgroup/cpu$cg/cpu.shares" ]; then
+		assert_equal "$(cat "/sys/fs/cgroup/cpu$cg/cpu.shares")" 512
+		assert_equal "$(cat "/sys/fs/cgroup/cpu$cg/cpu.cfs_period_us")" 100000
+		assert_equal "$(cat "/sys/fs/cgroup/cpu$cg/cpu.cfs_quota_us")" 50000
+	else
+		# runc's conversion: 1 + ((512 - 2) * 9999) / 262142 = 20
+		assert_equal "$(cat "$(cgroup_file cpu "$cg" cpu.weight)")" 20
+		assert_equal "$(cat "$(cgroup_file cpu "$cg" cpu.max)")" "50000 100000"
+	fi
+}
+
+@test "linux.resources.devices are applied in order after a deny-all, and /dev/null still works (v1)" {
+	[ -d /sys/fs/cgroup/devices ] || skip "no cgroup v1 devices hierarchy (v2 device programs are not built yet)"
+	local cg=/$CID-cg
+	update_config '.linux.cgroupsPath = $p
+		| .linux.resources.devices = [
+			{"allow": false, "access": "rwm"},
+			{"allow": true, "type": "c", "major": 10, "minor": 229, "access": "rwm"},
+			{"allow": true, "type": "b", "major": 8, "minor": 20, "access": "rw"},
+			{"allow": true, "type": "b", "major": 10, "minor": 200, "access": "r"}]' --arg p "$cg"
+	set_args /bin/fbhelper sleep 100
+	create_container "$CID" || fail "create: $(container_err "$CID")"
+	run head -n 3 "/sys/fs/cgroup/devices$cg/devices.list"
+	assert_output $'c 10:229 rwm\nb 8:20 rw\nb 10:200 r'
+	# Nothing beyond the rules and the defaults every container needs.
+	run grep -c '^a ' "/sys/fs/cgroup/devices$cg/devices.list"
+	assert_output 0
+	runtime delete --force "$CID"
+	update_config '.linux.cgroupsPath = $p' --arg p "$cg-2"
+	run_helper read /dev/null
+	assert_success
+}
+
+@test "a limit the host has no controller for fails create and leaves no cgroup" {
+	grep -qw net_cls /proc/self/mountinfo && skip "this host has a net_cls controller"
+	local cg=/$CID-cg
+	update_config '.linux.cgroupsPath = $p | .linux.resources.network = {"classID": 1048577}' --arg p "$cg"
+	try_create --bundle "$BUNDLE" "$CID"
+	[ "$status" -ne 0 ] || fail "create succeeded"
+	[[ $stderr == *"linux.resources.network.classID: no net_cls controller on this host"* ]] ||
+		fail "unexpected error: $stderr"
+	assert_no_cgroup "$cg"
+	run runtime list -q
+	assert_output ""
+}
+
+@test "a value the kernel refuses fails create naming the file, and removes the cgroup" {
+	local cg=/$CID-cg
+	# The kernel's minimum CFS quota is 1000 us.
+	update_config '.linux.cgroupsPath = $p | .linux.resources.cpu = {"quota": 10, "period": 100000}' --arg p "$cg"
+	try_create --bundle "$BUNDLE" "$CID"
+	[ "$status" -ne 0 ] || fail "create succeeded"
+	[[ $stderr == *"cgroup: write cpu."*"Invalid argument"* ]] || fail "unexpected error: $stderr"
+	assert_no_cgroup "$cg"
+	run runtime list -q
+	assert_output ""
 }
 
 # ---------------------------------------------------------------- hooks

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "libforkbox/cgroup_resources.hpp"
 #include "libforkbox/cgroups.hpp"
 #include "libforkbox/container.hpp"
 #include "libforkbox/hooks.hpp"
@@ -123,18 +124,6 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
         return fail(EOPNOTSUPP, "process.terminal: terminals are not supported yet");
     }
     FB_ASSIGN(Plan plan, make_plan(spec, PlanOptions{opt.id, bundle}));
-    if (spec.linux && spec.linux->resources) {
-        const auto& r = *spec.linux->resources;
-        bool limits = r.memory || r.cpu || r.pids_limit || r.block_io || !r.hugepage_limits.empty() ||
-                      r.network || !r.rdma.empty() || !r.unified.empty();
-        std::string msg = "linux.resources are not applied yet (cgroup limits and device rules come "
-                          "with issue #3): the container is placed in its cgroup without limits";
-        // Every default config carries a deny-all device rule; only real limits are worth a warning.
-        if (limits)
-            log::warn(msg);
-        else if (!r.devices.empty())
-            log::debug(msg);
-    }
     if (!spec.process || plan.process.args.empty()) return fail(EINVAL, "config.json: process.args must not be empty");
     // Compiled here, before clone: the child only hands the finished program to the kernel.
     std::optional<SeccompProgram> seccomp;
@@ -163,7 +152,16 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     FB_TRY(dir.write_state(state));
 
     FB_ASSIGN(CgroupLayout layout, detect_cgroup_layout());
+    // Planned before any cgroup exists, so a limit this host cannot hold fails create cleanly.
+    std::vector<CgroupWrite> cgroup_writes;
+    if (spec.linux && spec.linux->resources) {
+        if (layout.unified()) FB_TRY_CTX(load_v2_controllers(layout), "cgroup");
+        FB_ASSIGN(cgroup_writes, plan_cgroup_writes(*spec.linux->resources, layout, spec.linux->devices));
+    }
     FB_ASSIGN(CgroupPlacement cgroups, create_cgroups(layout, plan.cgroups_path));
+    // Before clone, so the limits hold from the container's first instruction; on failure
+    // the placement guard removes the cgroups again.
+    FB_TRY(apply_cgroup_writes(cgroup_writes, layout, cgroups.dirs()));
     state.cgroup_dirs = cgroups.dirs();
     state.cgroup_dirs_created = cgroups.created();
     FB_ASSIGN(auto namespaces, open_namespaces(plan.joins));

@@ -1,0 +1,50 @@
+// linux.resources -> cgroup files. Planning is pure (which file of which hierarchy gets
+// which value, with runc's v1<->v2 conversions); applying only writes the plan in order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "libforkbox/cgroups.hpp"
+#include "libforkbox/error.hpp"
+#include "oci/spec.hpp"
+
+namespace forkbox {
+
+struct CgroupWrite {
+    size_t hierarchy = 0;     // index into CgroupLayout::hierarchies (and CgroupPlacement::dirs())
+    std::string file;         // "memory.limit_in_bytes", "cpu.max"
+    std::string value;
+    bool if_exists = false;   // skip when the kernel lacks the file (ENOENT), e.g. kmem on new kernels
+
+    bool operator==(const CgroupWrite&) const = default;
+};
+
+// runc's conversions, for a user who writes the v1 value on a v2 host.
+uint64_t cpu_shares_to_weight(uint64_t shares);        // 1 + ((shares-2)*9999)/262142
+uint64_t blkio_weight_to_io_weight(uint64_t weight);   // 1 + (weight-10)*9999/990
+// memory.swap.max from the v1 memory+swap value: swap - limit; -1 is "max". Fails when the
+// pair cannot be expressed (swap below the limit, swap without a limit).
+Result<int64_t> memory_swap_to_v2(int64_t swap, int64_t limit);
+
+// Fills the unified hierarchy's `controllers` with the v2 controllers its root offers
+// (cgroup.controllers, comma-separated), which plan_cgroup_writes needs to place v2 writes.
+Result<void> load_v2_controllers(CgroupLayout& layout);
+
+// The writes, in order. v1 writes go to the hierarchy mounted with the controller; v2 writes
+// to the unified hierarchy when its `controllers` lists the controller. A requested limit
+// that no hierarchy can hold is an error. `devices` (linux.devices) are allowed after the
+// configured device rules, with runc's default devices, when device rules are applied.
+Result<std::vector<CgroupWrite>> plan_cgroup_writes(const oci::Resources& resources,
+                                                    const CgroupLayout& layout,
+                                                    const std::vector<oci::Device>& devices = {});
+
+// Enables the v2 controllers the plan uses in cgroup.subtree_control of every parent of the
+// container's v2 cgroup (root first), then writes each file in `dirs` (parallel to the
+// layout's hierarchies).
+Result<void> apply_cgroup_writes(const std::vector<CgroupWrite>& writes, const CgroupLayout& layout,
+                                 const std::vector<std::string>& dirs);
+
+}  // namespace forkbox
