@@ -94,3 +94,15 @@ load helpers
 	run jq -r '.id' < <(runtime state "$CID-2")
 	assert_output "$CID-2"
 }
+
+@test "a hook may call state during create: no deadlock, and the status is creating" {
+	skip_if_runc "runc has no 'creating' status in state"
+	local out=$BATS_TEST_TMPDIR/hook-state.json
+	update_config '.hooks.createRuntime = [{"path": "/bin/sh", "args": ["sh", "-c", $cmd], "timeout": 20}]' \
+		--arg cmd "\"$FORKBOX\" --root \"$ROOT\" state \"$CID\" > \"$out\""
+	create_container "$CID"
+	run jq -r '.status' "$out"
+	assert_output creating
+	run runtime state "$CID"
+	assert_success
+}

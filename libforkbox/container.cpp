@@ -101,11 +101,14 @@ Result<ContainerInfo> load_info(const ContainerDir& dir) {
     FB_ASSIGN(info.state, dir.read_state());
     info.state.owner = owner_of(dir);
     info.status = derive_status(info.state, dir.fifo_exists());
+    // No pid yet: a create still holding the lock, or one that crashed (stopped).
+    if (info.state.pid <= 0 && dir.locked_elsewhere()) info.status = Status::Creating;
     return info;
 }
 
-Result<ContainerDir> open_existing(const StateStore& store, const std::string& id) {
-    auto dir = store.open(id);
+Result<ContainerDir> open_existing(const StateStore& store, const std::string& id,
+                                   StateStore::Lock lock = StateStore::Lock::Exclusive) {
+    auto dir = store.open(id, lock);
     if (!dir && dir.error().errnum() == ENOENT) return fail(ENOENT, "container " + id + " does not exist");
     return dir;
 }
@@ -153,7 +156,7 @@ Result<void> destroy(ContainerDir& dir, const ContainerState& s) {
 }  // namespace
 
 Result<ContainerInfo> container_info(const StateStore& store, const std::string& id) {
-    FB_ASSIGN(ContainerDir dir, open_existing(store, id));
+    FB_ASSIGN(ContainerDir dir, open_existing(store, id, StateStore::Lock::None));
     return load_info(dir);
 }
 
@@ -161,7 +164,7 @@ Result<std::vector<ContainerInfo>> list_containers(const StateStore& store) {
     std::vector<ContainerInfo> out;
     FB_ASSIGN(auto ids, store.list());
     for (const auto& id : ids) {
-        auto dir = store.open(id);
+        auto dir = store.open(id, StateStore::Lock::None);
         if (!dir) continue;  // deleted meanwhile
         auto info = load_info(*dir);
         if (info) out.push_back(std::move(*info));

@@ -183,6 +183,14 @@ Result<ContainerState> ContainerDir::read_state() const {
     return st;
 }
 
+bool ContainerDir::locked_elsewhere() const {
+    if (lock_.valid()) return false;
+    unique_fd fd(::openat(dirfd_.get(), kLockFile, O_RDONLY | O_CLOEXEC));
+    if (!fd) return false;
+    if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0) return false;
+    return errno == EWOULDBLOCK;
+}
+
 bool ContainerDir::fifo_exists() const {
     struct stat st;
     return ::fstatat(dirfd_.get(), kExecFifo, &st, AT_SYMLINK_NOFOLLOW) == 0;
@@ -247,7 +255,7 @@ Result<ContainerDir> StateStore::create(const std::string& id) const {
     return dir;
 }
 
-Result<ContainerDir> StateStore::open(const std::string& id) const {
+Result<ContainerDir> StateStore::open(const std::string& id, Lock lock) const {
     FB_TRY(validate_container_id(id));
     ContainerDir dir;
     dir.path_ = root_ + "/" + id;
@@ -257,7 +265,9 @@ Result<ContainerDir> StateStore::open(const std::string& id) const {
             return fail(ENOENT, "container does not exist");
         return sys_error("open " + dir.path_);
     }
-    FB_ASSIGN(dir.lock_, lock_dir(dir.dirfd_.get(), dir.path_));
+    if (lock == Lock::Exclusive) {
+        FB_ASSIGN(dir.lock_, lock_dir(dir.dirfd_.get(), dir.path_));
+    }
     // The directory may have been deleted while we waited for the lock.
     struct stat st;
     if (::fstat(dir.dirfd_.get(), &st) < 0 || st.st_nlink == 0)

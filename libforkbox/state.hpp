@@ -53,6 +53,8 @@ public:
     Result<void> write_state(const ContainerState& s) const;
     Result<ContainerState> read_state() const;
     bool fifo_exists() const;
+    // True when another process holds the container's lock (a create still in progress).
+    bool locked_elsewhere() const;
     // Removes the directory and everything in it.
     Result<void> remove();
 
@@ -70,8 +72,11 @@ public:
 
     // Makes the container's directory (EEXIST if the id is taken) and locks it.
     Result<ContainerDir> create(const std::string& id) const;
-    // Opens and locks an existing container's directory (ENOENT: no such container).
-    Result<ContainerDir> open(const std::string& id) const;
+    // Opens an existing container's directory (ENOENT: no such container). Verbs that change
+    // the container lock it; readers (state, list) do not, since state.json is replaced
+    // atomically, and a hook calling `state` during `create` must not deadlock.
+    enum class Lock { Exclusive, None };
+    Result<ContainerDir> open(const std::string& id, Lock lock = Lock::Exclusive) const;
     // Ids of every container under the root, sorted.
     Result<std::vector<std::string>> list() const;
 
