@@ -32,10 +32,12 @@ Result<unique_fd> open_in_root(int root_fd, const std::string& path) {
     return unique_fd(fd);
 }
 
-Result<unique_fd> create_in_root(int root_fd, const std::string& path, bool file) {
+namespace {
+Result<unique_fd> create_in_root_depth(int root_fd, const std::string& path, bool file, int depth) {
     auto existing = open_in_root(root_fd, path);
     if (existing) return existing;
     if (existing.error().errnum() != ENOENT) return existing;
+    if (depth > 40) return fail(ELOOP, "create " + path + " in rootfs: too many symlinks");
 
     // Walk down the path: each prefix is resolved inside the root, each missing component
     // is created relative to its (already confined) parent fd.
@@ -49,14 +51,24 @@ Result<unique_fd> create_in_root(int root_fd, const std::string& path, bool file
         size_t j = path.find('/', i);
         if (j == std::string::npos) j = path.size();
         std::string name = path.substr(i, j - i);
+        std::string parent = prefix;
         prefix += "/" + name;
         bool last = j >= path.size() || path.find_first_not_of('/', j) == std::string::npos;
         auto next = open_in_root(root_fd, prefix);
         if (!next) {
             if (next.error().errnum() != ENOENT) return next;
             if (name == "..") return fail(ENOENT, "open " + prefix + " in rootfs");
-            // The parent must be a real directory (O_PATH fds cannot be used with mkdirat
-            // unless they are directories, which openat2 checked by resolving it).
+            char target[4096];
+            ssize_t n = ::readlinkat(dir.get(), name.c_str(), target, sizeof target - 1);
+            if (n > 0) {
+                // A dangling symlink: create its target instead, read as a path inside the
+                // root (absolute targets start at the rootfs, ".." stops at it), as runc does.
+                target[n] = 0;
+                std::string rest = path.substr(j);
+                std::string redirected = target[0] == '/' ? std::string(target) + rest
+                                                          : parent + "/" + target + rest;
+                return create_in_root_depth(root_fd, redirected, file, depth + 1);
+            }
             if (last && file) {
                 int fd = ::openat(dir.get(), name.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0644);
                 if (fd < 0 && errno != EEXIST) return sys_error("create " + prefix + " in rootfs");
@@ -71,6 +83,11 @@ Result<unique_fd> create_in_root(int root_fd, const std::string& path, bool file
         i = j;
     }
     return dir;
+}
+}  // namespace
+
+Result<unique_fd> create_in_root(int root_fd, const std::string& path, bool file) {
+    return create_in_root_depth(root_fd, path, file, 0);
 }
 
 Result<void> mount_on_fd(const char* source, int target_fd, const char* fstype, unsigned long flags,

@@ -5,7 +5,9 @@
 #include <sys/mount.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
+#include <linux/magic.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -78,11 +80,23 @@ bool data_has(const std::string& data, std::string_view prefix) {
     return strip_option(data, prefix) != data;
 }
 
+// A destination that resolves into a procfs (through a symlink in the image, say) would let
+// the container cover /proc files with its own: refused unless it is literally /proc or an
+// allowed file there (check_proc_destination). CVE-2019-16884 class.
+Result<void> refuse_procfs_target(int target_fd, const MountStep& m) {
+    struct statfs sf;
+    if (::fstatfs(target_fd, &sf) < 0) return sys_error("statfs " + m.destination);
+    if (sf.f_type != PROC_SUPER_MAGIC) return {};
+    if (m.destination == "/proc" || m.destination.starts_with("/proc/")) return {};  // checked by name
+    return fail(EINVAL, "mount destination " + m.destination + " resolves into /proc: refused");
+}
+
 Result<void> mount_bind(const RootfsContext&, int root_fd, const MountStep& m) {
     struct stat st;
     if (::stat(m.source.c_str(), &st) < 0) return sys_error("bind mount source " + m.source);
     bool is_dir = S_ISDIR(st.st_mode);
     FB_ASSIGN(unique_fd target, create_in_root(root_fd, m.destination, !is_dir));
+    FB_TRY(refuse_procfs_target(target.get(), m));
     unsigned long flags = MS_BIND | (m.recursive_bind ? MS_REC : 0);
     FB_TRY(mount_on_fd(m.source.c_str(), target.get(), nullptr, flags, nullptr,
                        m.source + " on " + m.destination));
@@ -177,6 +191,7 @@ Result<unique_fd> open_readable_dir(int root_fd, const std::string& path) {
 Result<void> mount_filesystem(const RootfsContext& ctx, int root_fd, const MountStep& m,
                               const char* fstype, unsigned long flags) {
     FB_ASSIGN(unique_fd target, create_in_root(root_fd, m.destination, false));
+    FB_TRY(refuse_procfs_target(target.get(), m));
     // tmpcopyup: hold the image's directory before the tmpfs covers it.
     unique_fd image_dir;
     unsigned long final_flags = flags;
