@@ -59,6 +59,9 @@ int cmd_delete(const Globals&, const std::vector<std::string>&);
 int cmd_list(const Globals&, const std::vector<std::string>&);
 int cmd_spec(const Globals&, const std::vector<std::string>&);
 int cmd_features(const Globals&, const std::vector<std::string>&);
+int cmd_pause(const Globals&, const std::vector<std::string>&);
+int cmd_resume(const Globals&, const std::vector<std::string>&);
+int cmd_ps(const Globals&, const std::vector<std::string>&);
 
 // Thrown for usage errors inside verbs (caught in main, exit 1).
 struct UsageError : std::runtime_error {

@@ -26,6 +26,9 @@ Commands:
   run        create and start a container, and wait for it
   state      print the state of a container
   kill       send a signal to a container's init (or every process with --all)
+  pause      suspend every process of a running container
+  resume     resume a paused container
+  ps         list the processes of a container
   delete     delete a container and everything it holds
   list       list containers
   spec       write a default config.json
@@ -128,10 +131,10 @@ int main(int argc, char** argv) {
         {"create", cmd_create}, {"start", cmd_start},   {"run", cmd_run},
         {"state", cmd_state},   {"kill", cmd_kill},     {"delete", cmd_delete},
         {"list", cmd_list},     {"spec", cmd_spec},     {"features", cmd_features},
+        {"pause", cmd_pause},   {"resume", cmd_resume}, {"ps", cmd_ps},
     };
     // runc verbs that later issues build: fail loudly rather than pretend.
-    static const char* not_yet[] = {"exec", "pause", "resume", "update", "events", "ps",
-                                    "checkpoint", "restore", "ps"};
+    static const char* not_yet[] = {"exec", "update", "events", "checkpoint", "restore"};
     auto it = verbs.find(verb);
     if (it == verbs.end()) {
         for (const char* n : not_yet)

@@ -1,4 +1,4 @@
-// start, kill, delete, state, list: the verbs that act on an existing container.
+// start, kill, pause, resume, delete, state, list: the verbs that act on an existing container.
 #include "libforkbox/container.hpp"
 
 #include <fcntl.h>
@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "libforkbox/cgroups.hpp"
+#include "libforkbox/freezer.hpp"
 #include "libforkbox/hooks.hpp"
 #include "libforkbox/log.hpp"
 #include "libforkbox/pidfd.hpp"
@@ -22,6 +23,7 @@ const char* status_name(Status s) {
     case Status::Creating: return "creating";
     case Status::Created: return "created";
     case Status::Running: return "running";
+    case Status::Paused: return "paused";
     case Status::Stopped: return "stopped";
     }
     return "unknown";
@@ -30,6 +32,13 @@ const char* status_name(Status s) {
 Status derive_status(const ContainerState& s, bool fifo_exists) {
     if (s.pid <= 0) return Status::Stopped;
     if (!process_alive(s.pid, s.pid_start_time)) return Status::Stopped;
+    if (!s.cgroup_dirs.empty()) {
+        auto freezer = container_freezer(s.cgroup_dirs);
+        if (freezer) {
+            auto frozen = cgroup_frozen(*freezer);
+            if (frozen && *frozen) return Status::Paused;
+        }
+    }
     return fifo_exists ? Status::Created : Status::Running;
 }
 
@@ -121,11 +130,24 @@ void signal_all(const ContainerState& s, int sig) {
     }
 }
 
-// Kills init and, without a pid namespace of its own, everything in its cgroup; waits.
+// A SIGKILL sent to a paused container is only acted on once it is thawed: the v1 freezer
+// keeps the killed tasks stopped (runc thaws after SIGKILL too). Call after signalling.
+void thaw_if_frozen(const ContainerState& s) {
+    if (s.cgroup_dirs.empty()) return;
+    auto freezer = container_freezer(s.cgroup_dirs);
+    if (!freezer) return;
+    auto frozen = cgroup_frozen(*freezer);
+    if (!frozen || !*frozen) return;
+    if (auto r = thaw_cgroup(*freezer); !r) log::warn("thaw killed container: " + r.error().what());
+}
+
+// Kills init and, without a pid namespace of its own, everything in its cgroup; thaws a
+// paused container so the killed tasks can die; waits.
 void kill_and_wait(const ContainerState& s) {
     auto pidfd = open_pidfd(s.pid, s.pid_start_time);
     if (pidfd) sys::pidfd_send_signal(pidfd->get(), SIGKILL);
     if (!s.own_pid_namespace) signal_all(s, SIGKILL);
+    thaw_if_frozen(s);
     if (pidfd) wait_pidfd_exit(pidfd->get(), 10000);
 }
 
@@ -224,13 +246,48 @@ Result<void> kill_container(const StateStore& store, const std::string& id, int 
         if (all) return {};  // nothing left to signal (runc accepts this too)
         return fail(ESRCH, "container not running");
     }
+    // Other signals to a paused container stay pending until resume, as with runc.
+    bool thaw = sig == SIGKILL && info.status == Status::Paused;
     if (all) {
         signal_all(info.state, sig);
-        if (!info.state.cgroup_dirs.empty()) return {};
+        if (!info.state.cgroup_dirs.empty()) {
+            if (thaw) thaw_if_frozen(info.state);
+            return {};
+        }
     }
     FB_ASSIGN(unique_fd pidfd, open_pidfd(info.state.pid, info.state.pid_start_time));
     if (sys::pidfd_send_signal(pidfd.get(), sig) < 0) return sys_error("kill container " + id);
+    if (thaw) thaw_if_frozen(info.state);
     return {};
+}
+
+Result<void> pause_container(const StateStore& store, const std::string& id) {
+    FB_ASSIGN(ContainerDir dir, open_existing(store, id));
+    FB_ASSIGN(ContainerInfo info, load_info(dir));
+    if (info.status != Status::Running) return fail(EINVAL, "container not running");
+    FB_ASSIGN(Freezer freezer, container_freezer(info.state.cgroup_dirs));
+    if (freezer.kind == Freezer::Kind::None)
+        return fail(ENOTSUP, "container " + id + " has no cgroup freezer");
+    FB_TRY_CTX(freeze_cgroup(freezer), "pause " + id);
+    return {};
+}
+
+Result<void> resume_container(const StateStore& store, const std::string& id) {
+    FB_ASSIGN(ContainerDir dir, open_existing(store, id));
+    FB_ASSIGN(ContainerInfo info, load_info(dir));
+    if (info.status != Status::Paused) return fail(EINVAL, "container not paused");
+    FB_ASSIGN(Freezer freezer, container_freezer(info.state.cgroup_dirs));
+    FB_TRY_CTX(thaw_cgroup(freezer), "resume " + id);
+    return {};
+}
+
+Result<std::vector<pid_t>> container_pids(const StateStore& store, const std::string& id) {
+    FB_ASSIGN(ContainerDir dir, open_existing(store, id, StateStore::Lock::None));
+    FB_ASSIGN(ContainerInfo info, load_info(dir));
+    if (info.status == Status::Stopped) return fail(ESRCH, "container is not running");
+    // One hierarchy lists every process; without a cgroup, init is all we know of.
+    if (info.state.cgroup_dirs.empty()) return std::vector<pid_t>{info.state.pid};
+    return cgroup_pids(info.state.cgroup_dirs.front());
 }
 
 Result<void> delete_container(const StateStore& store, const std::string& id, bool force) {

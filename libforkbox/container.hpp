@@ -22,7 +22,7 @@ struct CreateOptions {
     int preserve_fds = 0;
 };
 
-enum class Status { Creating, Created, Running, Stopped };
+enum class Status { Creating, Created, Running, Paused, Stopped };
 const char* status_name(Status s);
 
 // A container as `state` and `list` report it.
@@ -35,6 +35,12 @@ struct ContainerInfo {
 Result<pid_t> create_container(const StateStore& store, const CreateOptions& options);
 Result<void> start_container(const StateStore& store, const std::string& id);
 Result<void> kill_container(const StateStore& store, const std::string& id, int signal, bool all);
+// Freezes every process of a running container (its cgroup's freezer); "container not
+// running" otherwise. resume_container thaws a paused one; "container not paused" otherwise.
+Result<void> pause_container(const StateStore& store, const std::string& id);
+Result<void> resume_container(const StateStore& store, const std::string& id);
+// Pids in the container's cgroup (`ps`); "container is not running" once it has stopped.
+Result<std::vector<pid_t>> container_pids(const StateStore& store, const std::string& id);
 Result<void> delete_container(const StateStore& store, const std::string& id, bool force);
 Result<ContainerInfo> container_info(const StateStore& store, const std::string& id);
 Result<std::vector<ContainerInfo>> list_containers(const StateStore& store);
@@ -53,6 +59,7 @@ struct RunOptions {
 Result<int> run_container(const StateStore& store, const RunOptions& options);
 
 // Status from a saved state: liveness of pid+start time and whether the exec fifo remains.
+// A live container whose freezer is frozen is Paused (one read of its freezer state).
 Status derive_status(const ContainerState& s, bool fifo_exists);
 
 }  // namespace forkbox
