@@ -1029,3 +1029,14 @@ failing_hook_leaves_nothing() {
 	run runtime list -q
 	assert_output ""
 }
+
+@test "the container joins a new session keyring named after it, unless --no-new-keyring" {
+	update_config '.linux.maskedPaths = []'
+	set_args /bin/cat /proc/keys
+	run --separate-stderr runtime run --bundle "$BUNDLE" "$CID"
+	assert_success
+	assert_line --regexp "keyring +_ses\.$CID: "
+	run --separate-stderr runtime run --no-new-keyring --bundle "$BUNDLE" "$CID-shared"
+	assert_success
+	refute_line --regexp "keyring +_ses\.$CID-shared: "
+}

@@ -181,6 +181,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     args.state_dir_fd = dir.fd();
     args.lock_fd = dir.lock_fd();
     args.no_pivot = opt.no_pivot;
+    args.new_keyring = !opt.no_new_keyring;
     args.preserve_fds = opt.preserve_fds;
     args.intermediate = plan.needs_intermediate();
     if (seccomp) args.seccomp = &*seccomp;

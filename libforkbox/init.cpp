@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <linux/keyctl.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -77,6 +79,13 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     }
     bool in_userns = (plan.new_namespaces & CLONE_NEWUSER) != 0;
     for (const auto& j : plan.joins) in_userns |= j.clone_flag == CLONE_NEWUSER;
+
+    // The caller's session keyring (and the keys in it) must not be shared with the container.
+    // Kernels or seccomp profiles without keyctl: carry on, as runc does.
+    std::string keyring = "_ses." + plan.id;  // runc's name
+    if (a.new_keyring && ::syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, keyring.c_str()) < 0 &&
+        errno != ENOSYS && errno != EACCES && errno != EPERM)
+        return sys_error("join a new session keyring");
 
     // After cgroup placement, so the namespace's root is the container's cgroup.
     if ((plan.new_namespaces & CLONE_NEWCGROUP) && ::unshare(CLONE_NEWCGROUP) < 0)

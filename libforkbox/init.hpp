@@ -21,6 +21,7 @@ struct InitArgs {
     int state_dir_fd = -1;  // holds the exec fifo
     int lock_fd = -1;       // the parent's flock: closed at once, or the child would hold it
     bool no_pivot = false;
+    bool new_keyring = true;  // a fresh session keyring, named after the container (runc's default)
     int preserve_fds = 0;
     bool intermediate = false;  // this process joins namespaces and forks init itself
     const SeccompProgram* seccomp = nullptr;  // compiled by the parent; null without linux.seccomp

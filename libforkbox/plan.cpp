@@ -206,6 +206,7 @@ std::vector<DeviceNode> default_devices() {
 
 Result<Plan> make_plan(const oci::Spec& spec, const PlanOptions& options) {
     Plan plan;
+    plan.id = options.id;
     const oci::Linux empty_linux;
     const oci::Linux& linux = spec.linux ? *spec.linux : empty_linux;
 

@@ -71,6 +71,7 @@ struct HookPlan {
 };
 
 struct Plan {
+    std::string id;  // the container id
     // Namespaces.
     int new_namespaces = 0;  // CLONE_NEW* flags to create (time included)
     std::vector<NamespaceJoin> joins;  // user first
