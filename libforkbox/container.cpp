@@ -60,6 +60,17 @@ std::string hook_state_json(const ContainerState& s, const char* status) {
     return w.take();
 }
 
+void run_poststop_hooks(const std::vector<oci::Hook>& hooks, const ContainerState& s) {
+    if (hooks.empty()) return;
+    ContainerState stopped = s;
+    stopped.pid = 0;
+    std::string hs = hook_state_json(stopped, "stopped");
+    for (size_t i = 0; i < hooks.size(); ++i) {
+        if (auto r = run_hook(hooks[i], hs, s.bundle); !r)
+            log::warn("poststop hook #" + std::to_string(i) + ": " + r.error().what());
+    }
+}
+
 std::string state_document(const ContainerInfo& info, bool pretty) {
     const auto& s = info.state;
     json::Writer w(pretty);
@@ -151,26 +162,18 @@ void kill_and_wait(const ContainerState& s) {
     if (pidfd) wait_pidfd_exit(pidfd->get(), 10000);
 }
 
-void run_poststop_hooks(const ContainerDir& dir, const ContainerState& s) {
+void run_poststop_hooks_of(const ContainerDir& dir, const ContainerState& s) {
     auto text = read_file_at(dir.fd(), kConfigFile);
     if (!text) return;
     auto spec = oci::parse_config(*text);
-    if (!spec || !spec->hooks || spec->hooks->poststop.empty()) return;
-    ContainerState stopped = s;
-    stopped.pid = 0;
-    std::string hs = hook_state_json(stopped, "stopped");
-    for (size_t i = 0; i < spec->hooks->poststop.size(); ++i) {
-        // Runtime-spec: a failing poststop hook is a warning; the others still run.
-        if (auto r = run_hook(spec->hooks->poststop[i], hs, s.bundle); !r)
-            log::warn("poststop hook #" + std::to_string(i) + ": " + r.error().what());
-    }
+    if (spec && spec->hooks) run_poststop_hooks(spec->hooks->poststop, s);
 }
 
 Result<void> destroy(ContainerDir& dir, const ContainerState& s) {
     if (s.pid > 0) kill_and_wait(s);
     if (!s.own_pid_namespace) signal_all(s, SIGKILL);
     auto cg = remove_cgroups(s.cgroup_dirs_created);
-    run_poststop_hooks(dir, s);
+    run_poststop_hooks_of(dir, s);
     FB_TRY(dir.remove());
     return cg;
 }

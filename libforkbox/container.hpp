@@ -9,6 +9,7 @@
 
 #include "libforkbox/error.hpp"
 #include "libforkbox/state.hpp"
+#include "oci/spec.hpp"
 
 namespace forkbox {
 
@@ -57,6 +58,13 @@ struct RunOptions {
 // create + start + wait, forwarding signals; returns the container's exit code
 // (128 + N when killed by signal N), or 0 with detach.
 Result<int> run_container(const StateStore& store, const RunOptions& options);
+
+// The state document hooks get on stdin (runtime.md "State"), with the given status.
+std::string hook_state_json(const ContainerState& s, const char* status);
+
+// Runs the poststop hooks of a container that has stopped: a failing one is a warning and
+// the others still run (runtime-spec).
+void run_poststop_hooks(const std::vector<oci::Hook>& hooks, const ContainerState& s);
 
 // Status from a saved state: liveness of pid+start time and whether the exec fifo remains.
 // A live container whose freezer is frozen is Paused (one read of its freezer state).

@@ -27,8 +27,6 @@
 
 namespace forkbox {
 
-std::string hook_state_json(const ContainerState& s, const char* status);
-
 namespace {
 
 // Removes a half-made container directory unless dismissed.
@@ -211,11 +209,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
         // continues with delete, which runs the poststop hooks.
         child_guard.kill_now();
         init_guard.reset();
-        if (!plan.hooks.poststop.empty()) {
-            std::string hs = hook_state_json(state, "stopped");
-            for (const auto& h : plan.hooks.poststop)
-                if (auto r = run_hook(h, hs, state.bundle); !r) log::warn("poststop hook: " + r.error().what());
-        }
+        run_poststop_hooks(plan.hooks.poststop, state);
         return std::unexpected(init_pid.error());
     }
     if (plan.needs_intermediate()) {
