@@ -59,6 +59,7 @@ int cmd_delete(const Globals&, const std::vector<std::string>&);
 int cmd_list(const Globals&, const std::vector<std::string>&);
 int cmd_spec(const Globals&, const std::vector<std::string>&);
 int cmd_features(const Globals&, const std::vector<std::string>&);
+int cmd_update(const Globals&, const std::vector<std::string>&);
 int cmd_pause(const Globals&, const std::vector<std::string>&);
 int cmd_resume(const Globals&, const std::vector<std::string>&);
 int cmd_ps(const Globals&, const std::vector<std::string>&);

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "libforkbox/cgroup_resources.hpp"
 #include "libforkbox/cgroups.hpp"
 #include "libforkbox/freezer.hpp"
 #include "libforkbox/hooks.hpp"
@@ -240,6 +241,18 @@ Result<void> start_container(const StateStore& store, const std::string& id) {
         }
     }
     return {};
+}
+
+Result<void> update_container(const StateStore& store, const std::string& id, const oci::Resources& resources) {
+    FB_ASSIGN(ContainerDir dir, open_existing(store, id));
+    FB_ASSIGN(ContainerInfo info, load_info(dir));
+    if (info.status == Status::Stopped) return fail(EINVAL, "container not running");
+    FB_ASSIGN(CgroupLayout layout, detect_cgroup_layout());
+    FB_TRY(load_v2_controllers(layout));
+    if (layout.hierarchies.size() != info.state.cgroup_dirs.size())
+        return fail(EINVAL, "the host's cgroup layout changed since the container was created");
+    FB_ASSIGN(auto writes, plan_cgroup_writes(resources, layout));
+    return apply_cgroup_writes(writes, layout, info.state.cgroup_dirs);
 }
 
 Result<void> kill_container(const StateStore& store, const std::string& id, int sig, bool all) {

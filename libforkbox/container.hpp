@@ -43,6 +43,8 @@ Result<void> resume_container(const StateStore& store, const std::string& id);
 // Pids in the container's cgroup (`ps`); "container is not running" once it has stopped.
 Result<std::vector<pid_t>> container_pids(const StateStore& store, const std::string& id);
 Result<void> delete_container(const StateStore& store, const std::string& id, bool force);
+// Writes new limits into a running (or paused, or created) container's cgroup.
+Result<void> update_container(const StateStore& store, const std::string& id, const oci::Resources& resources);
 Result<ContainerInfo> container_info(const StateStore& store, const std::string& id);
 Result<std::vector<ContainerInfo>> list_containers(const StateStore& store);
 

@@ -266,6 +266,11 @@ Result<Process> parse_process_json(std::string_view json_text) {
     return parse_process(doc.root());
 }
 
+Result<Resources> parse_resources_json(std::string_view json_text) {
+    FB_ASSIGN(json::Document doc, json::Document::parse(json_text));
+    return detail::parse_resources(doc.root());
+}
+
 Result<Spec> parse_config(std::string_view json_text) {
     FB_ASSIGN(json::Document doc, json::Document::parse(json_text));
     const Value root = doc.root();

@@ -27,4 +27,7 @@ Result<Process> parse_process(const json::Value& v);
 // Parses a standalone process JSON document, as `exec --process` takes it.
 Result<Process> parse_process_json(std::string_view json_text);
 
+// A linux.resources object on its own, as `update --resources` reads it.
+Result<Resources> parse_resources_json(std::string_view json_text);
+
 }  // namespace forkbox::oci

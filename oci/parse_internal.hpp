@@ -124,5 +124,6 @@ Result<void> opt_object_map(const Value& obj, std::string_view key, std::map<std
 // Shared between config.json and `exec --process` (parse.cpp) and linux (parse_linux.cpp).
 Result<IdMapping> parse_id_mapping(const Value& v);
 Result<Linux> parse_linux(const Value& v);
+Result<Resources> parse_resources(const Value& v);
 
 }  // namespace forkbox::oci::detail

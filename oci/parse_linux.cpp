@@ -158,7 +158,7 @@ Result<int64_t> parse_pids(const Value& v) {
     return limit;
 }
 
-Result<Resources> parse_resources(const Value& v) {
+Result<Resources> parse_resources_object(const Value& v) {
     FB_TRY(v.expect_object());
     Resources r;
     FB_TRY(opt_array(v, "devices", r.devices, parse_device_rule));
@@ -257,7 +257,7 @@ Result<Linux> parse_linux(const Value& v) {
     FB_TRY(opt_object_map(v, "timeOffsets", l.time_offsets, parse_time_offset));
     FB_TRY(opt_array(v, "devices", l.devices, parse_device));
     FB_TRY(opt_string(v, "cgroupsPath", l.cgroups_path));
-    FB_TRY(opt_object(v, "resources", l.resources, parse_resources));
+    FB_TRY(opt_object(v, "resources", l.resources, parse_resources_object));
     FB_TRY(opt_string(v, "rootfsPropagation", l.rootfs_propagation));
     FB_TRY(opt_object(v, "seccomp", l.seccomp, parse_seccomp));
     FB_TRY(opt_string_map(v, "sysctl", l.sysctl));
@@ -270,5 +270,7 @@ Result<Linux> parse_linux(const Value& v) {
     FB_TRY(opt_object_map(v, "netDevices", l.net_devices, parse_net_device));
     return l;
 }
+
+Result<Resources> parse_resources(const Value& v) { return parse_resources_object(v); }
 
 }  // namespace forkbox::oci::detail
