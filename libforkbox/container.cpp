@@ -33,6 +33,9 @@ const char* status_name(Status s) {
 Status derive_status(const ContainerState& s, bool fifo_exists) {
     if (s.pid <= 0) return Status::Stopped;
     if (!process_alive(s.pid, s.pid_start_time)) return Status::Stopped;
+    // A created container cannot be paused (pause refuses it): skip the freezer lookup,
+    // which reads mountinfo, on the start path.
+    if (fifo_exists) return Status::Created;
     if (!s.cgroup_dirs.empty()) {
         auto freezer = container_freezer(s.cgroup_dirs);
         if (freezer) {
@@ -40,7 +43,7 @@ Status derive_status(const ContainerState& s, bool fifo_exists) {
             if (frozen && *frozen) return Status::Paused;
         }
     }
-    return fifo_exists ? Status::Created : Status::Running;
+    return Status::Running;
 }
 
 // The state document hooks get on stdin (runtime.md "State").
