@@ -58,6 +58,18 @@ start_waiting_container() {
 	jq -e '.data.cpu.usage.total > 0' <<<"$output"
 }
 
+@test "events --stats reports hugetlb usage per page size" {
+	skip_if_runc "runc 1.1 cannot set hugepageLimits on this hybrid host (no v1 hugetlb)"
+	[[ -d /sys/kernel/mm/hugepages/hugepages-2048kB ]] || skip "no 2 MiB huge pages on this kernel"
+	update_config '.linux.resources.hugepageLimits = [{"pageSize": "2MB", "limit": 4194304}]'
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	wait_for_status "$CID" running
+	run --separate-stderr runtime events --stats "$CID"
+	assert_success
+	jq -e '.data.hugetlb["2MB"] | has("failcnt") and (.usage // 0) == 0' <<<"$output"
+}
+
 @test "events --stats has runc's field set" {
 	set_args /bin/fbhelper sleep 100
 	run_detached "$CID"

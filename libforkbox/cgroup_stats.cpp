@@ -4,7 +4,8 @@
 
 #include <cerrno>
 #include <charconv>
-#include <cstdlib>
+#include <cstdio>
+#include <iterator>
 #include <limits>
 #include <optional>
 
