@@ -129,7 +129,7 @@ std::vector<std::string> hugepage_sizes();
 // container has no cgroup for, or whose files are missing, is left zero.
 Result<CgroupStats> read_cgroup_stats(const CgroupLayout& layout, const std::vector<std::string>& dirs);
 
-// --- JSON ---
+// --- JSON (cgroup_stats_json.cpp) ---
 
 // The `data` object of runc's stats event, with Go's omitempty rules of runc's types.
 std::string cgroup_stats_json(const CgroupStats& s);
