@@ -236,6 +236,8 @@ void write_seccomp_json(json::Writer& w, const Seccomp& sc) {
         for (const auto& f : sc.flags) w.value(f);
         w.end_array();
     }
+    if (!sc.listener_path.empty()) w.key("listenerPath").value(sc.listener_path);
+    if (!sc.listener_metadata.empty()) w.key("listenerMetadata").value(sc.listener_metadata);
     w.key("syscalls").begin_array();
     for (const auto& s : sc.syscalls) {
         w.begin_object();

@@ -26,7 +26,8 @@ SeccompArchFamily native_seccomp_arch_family();
 // "CAP_SYS_ADMIN").
 Seccomp default_seccomp(const std::vector<std::string>& capabilities, SeccompArchFamily arch);
 
-// Writes a profile as the spec's linux.seccomp object (the current key is its value).
+// Writes a profile as the spec's linux.seccomp object (the current key is its value). Every
+// field is written: the seccomp cache keys compiled programs by this text.
 void write_seccomp_json(json::Writer& w, const Seccomp& seccomp);
 
 }  // namespace forkbox::oci
