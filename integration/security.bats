@@ -186,3 +186,20 @@ use_default_seccomp() {
 	assert_line waited
 	assert_line --regexp '^ *2$'
 }
+
+@test "the compiled seccomp program is cached in the state root and a damaged entry is compiled again" {
+	skip_if_runc "forkbox's seccomp cache"
+	run_helper syscall mount
+	assert_success
+	assert_output "mount errno=1"
+	local entries=("$ROOT"/.seccomp=*)
+	[ "${#entries[@]}" -eq 1 ] && [ -s "${entries[0]}" ] || fail "no cache entry in $ROOT: $(ls -a "$ROOT")"
+	# `list` shows containers only.
+	run runtime list -q
+	assert_output ""
+	echo garbage >"${entries[0]}"
+	CID=$CID-again run_helper syscall mount
+	assert_success
+	assert_output "mount errno=1"
+	[ "$(stat -c %s "${entries[0]}")" -gt 100 ] || fail "the damaged entry was not replaced"
+}

@@ -126,8 +126,10 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     if (!spec.process || plan.process.args.empty()) return fail(EINVAL, "config.json: process.args must not be empty");
     // Compiled here, before clone: the child only hands the finished program to the kernel.
     // Through the cache in the state root: compiling the default profile takes milliseconds.
+    // The root is made first, so even the first container of a new root fills the cache.
     std::optional<SeccompProgram> seccomp;
     if (spec.linux && spec.linux->seccomp) {
+        FB_TRY(store.ensure_root());
         auto program = compile_seccomp_cached(*spec.linux->seccomp, store.root());
         if (!program) return std::unexpected(program.error().wrap("seccomp"));
         seccomp = std::move(*program);

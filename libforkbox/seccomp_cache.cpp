@@ -178,6 +178,13 @@ std::optional<SeccompProgram> decode_seccomp_cache_entry(std::string_view data, 
 
 std::string seccomp_cache_environment() {
     std::string env = "forkbox " FORKBOX_VERSION " " FORKBOX_COMMIT;
+    // The binary itself: a rebuilt or upgraded forkbox may translate profiles differently,
+    // and an incremental build does not refresh FORKBOX_COMMIT in every object.
+    struct stat exe;
+    if (::stat("/proc/self/exe", &exe) == 0)
+        env += " exe " + std::to_string(exe.st_dev) + ":" + std::to_string(exe.st_ino) + ":" +
+               std::to_string(exe.st_size) + ":" + std::to_string(exe.st_mtim.tv_sec) + "." +
+               std::to_string(exe.st_mtim.tv_nsec);
     if (const scmp_version* v = seccomp_version())
         env += "; libseccomp " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
                std::to_string(v->micro);

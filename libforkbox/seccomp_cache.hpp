@@ -4,8 +4,8 @@
 //
 // One file per profile in the root: ".seccomp=<FNV-1a of the key, 16 hex digits>" (`=` is no
 // container id character, and `list` skips plain files). It holds a header, the key and the
-// BPF. The key is the whole profile as JSON plus what else shapes the program (forkbox and
-// libseccomp versions, kernel release, machine); a hit compares it byte for byte, so a hash
+// BPF. The key is the whole profile as JSON plus what else shapes the program (the forkbox
+// binary, libseccomp version, kernel release, machine); a hit compares it byte for byte, so a hash
 // collision is only a miss. Entries are written under a unique temporary name and renamed,
 // so a reader never sees half of one; a failed cache write only costs the next create a
 // compile. At most kSeccompCacheEntries files are kept (the oldest go first).
