@@ -101,7 +101,8 @@ void write_entry(int root_fd, const std::string& name, const std::string& data) 
     // and one a crashed create left behind must not block the name.
     struct timespec now {};
     ::clock_gettime(CLOCK_MONOTONIC, &now);
-    std::string tmp = name + "." + std::to_string(::getpid()) + "-" + std::to_string(now.tv_nsec) + ".tmp";
+    std::string tmp =
+        name + "." + std::to_string(::getpid()) + "-" + std::to_string(now.tv_nsec) + ".tmp";
     unique_fd fd(::openat(root_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     if (!fd) {
         log::debug("seccomp cache: create " + tmp + ": " + std::strerror(errno));

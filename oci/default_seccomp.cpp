@@ -203,14 +203,14 @@ Seccomp default_seccomp(const std::vector<std::string>& caps, SeccompArchFamily 
     sc.syscalls.push_back(std::move(allow));
 
     // One entry per value: runtimes differ in how they read repeated indexes in one entry.
-    for (uint64_t p : kPersonalities) sc.syscalls.push_back(allow_if("personality", 0, "SCMP_CMP_EQ", p));
+    for (uint64_t p : kPersonalities)
+        sc.syscalls.push_back(allow_if("personality", 0, "SCMP_CMP_EQ", p));
     // AF_VSOCK reaches the host's hypervisor services, past the network namespace.
     sc.syscalls.push_back(allow_if("socket", 0, "SCMP_CMP_NE", AF_VSOCK));
 
     if (!has(caps, "CAP_SYS_ADMIN")) {
         // s390 passes the flags second; the families here all pass them first.
-        sc.syscalls.push_back(
-            allow_if("clone", 0, "SCMP_CMP_MASKED_EQ", kNamespaceFlags, 0));
+        sc.syscalls.push_back(allow_if("clone", 0, "SCMP_CMP_MASKED_EQ", kNamespaceFlags, 0));
         // clone3 takes its flags in a struct a filter cannot read: ENOSYS makes the C library
         // fall back to clone, which the rule above can check.
         SeccompSyscall clone3;

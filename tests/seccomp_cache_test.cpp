@@ -34,6 +34,15 @@ SeccompProgram program_of(std::vector<sock_filter> bpf, unsigned flags = 0) {
     return p;
 }
 
+// The cache file of small_profile() for this process.
+std::string entry_name() {
+    return seccomp_cache_file_name(seccomp_cache_key(small_profile(), seccomp_cache_environment()));
+}
+
+std::string entry_for(const SeccompProgram& p) {
+    return encode_seccomp_cache_entry(seccomp_cache_key(small_profile(), seccomp_cache_environment()), p);
+}
+
 bool same_bpf(const SeccompProgram& a, const SeccompProgram& b) {
     if (a.bpf.size() != b.bpf.size()) return false;
     for (size_t i = 0; i < a.bpf.size(); ++i) {
@@ -68,7 +77,8 @@ public:
         return out;
     }
     void write(const std::string& name, const std::string& data) const {
-        int fd = ::open((path_ + "/" + name).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        std::string path = path_ + "/" + name;
+        int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         ASSERT_GE(fd, 0);
         ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
         ::close(fd);
@@ -125,12 +135,12 @@ TEST(SeccompCache, SecondCompileIsServedFromTheRoot) {
     ASSERT_TRUE(first) << first.error().what();
     auto names = root.entries();
     ASSERT_EQ(names.size(), 1u);
-    std::string name = seccomp_cache_file_name(seccomp_cache_key(small_profile(), seccomp_cache_environment()));
+    std::string name = entry_name();
     EXPECT_EQ(names[0], name);
 
     // Replace the program in the entry: a hit must return what the file holds.
     SeccompProgram marker = program_of({{0x06, 0, 0, 0x7fff0000}});
-    root.write(name, encode_seccomp_cache_entry(seccomp_cache_key(small_profile(), seccomp_cache_environment()), marker));
+    root.write(name, entry_for(marker));
     auto second = compile_seccomp_cached(small_profile(), root.path());
     ASSERT_TRUE(second);
     EXPECT_TRUE(same_bpf(*second, marker));
@@ -140,7 +150,7 @@ TEST(SeccompCache, ACorruptEntryIsRecompiledAndReplaced) {
     TempRoot root;
     auto fresh = compile_seccomp(small_profile());
     ASSERT_TRUE(fresh);
-    std::string name = seccomp_cache_file_name(seccomp_cache_key(small_profile(), seccomp_cache_environment()));
+    std::string name = entry_name();
     root.write(name, "garbage");
     auto p = compile_seccomp_cached(small_profile(), root.path());
     ASSERT_TRUE(p);
@@ -178,7 +188,7 @@ TEST(SeccompCache, OnlyTheNewestEntriesAreKept) {
     auto names = root.entries();
     size_t cache_files = 0;
     bool newest_kept = false, oldest_kept = false, other_kept = false;
-    std::string mine = seccomp_cache_file_name(seccomp_cache_key(small_profile(), seccomp_cache_environment()));
+    std::string mine = entry_name();
     for (const auto& n : names) {
         if (n.starts_with(".seccomp=")) ++cache_files;
         newest_kept |= n == mine;
