@@ -19,6 +19,7 @@
 #include "libforkbox/pidfd.hpp"
 #include "libforkbox/plan.hpp"
 #include "libforkbox/seccomp.hpp"
+#include "libforkbox/seccomp_cache.hpp"
 #include "libforkbox/sync.hpp"
 #include "libforkbox/syscalls.hpp"
 #include "libforkbox/terminal.hpp"
@@ -172,9 +173,12 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
         FB_ASSIGN(console_fd, connect_console_socket(opt.console_socket));
     }
     // Compiled here, before clone: the child only hands the finished program to the kernel.
+    // Through the cache in the state root: compiling the default profile takes milliseconds.
+    // The root is made first, so even the first container of a new root fills the cache.
     std::optional<SeccompProgram> seccomp;
     if (spec.linux && spec.linux->seccomp) {
-        auto program = compile_seccomp(*spec.linux->seccomp);
+        FB_TRY(store.ensure_root());
+        auto program = compile_seccomp_cached(*spec.linux->seccomp, store.root());
         if (!program) return std::unexpected(program.error().wrap("seccomp"));
         seccomp = std::move(*program);
     }
