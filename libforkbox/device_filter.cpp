@@ -1,5 +1,6 @@
 #include "libforkbox/device_filter.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -38,49 +39,31 @@ bpf_insn jne32_imm(uint8_t dst, int32_t imm, int16_t off) { return insn(BPF_JMP3
 bpf_insn jeq32_imm(uint8_t dst, int32_t imm, int16_t off) { return insn(BPF_JMP32 | BPF_JEQ | BPF_K, dst, 0, off, imm); }
 bpf_insn exit_insn() { return insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0); }
 
-// Marks a jump whose offset is "to the end of this rule's block", patched once the block is
+// Marks a jump whose offset is "to the end of this block", patched once the block is
 // complete.
-constexpr int16_t kToNextRule = std::numeric_limits<int16_t>::min();
+constexpr int16_t kToNextBlock = std::numeric_limits<int16_t>::min();
 
-Result<std::vector<bpf_insn>> rule_block(const oci::DeviceRule& r, size_t index) {
-    std::string where = "linux.resources.devices: rule " + std::to_string(index);
+// One exception: when the device matches and the access fits, return `verdict`.
+std::vector<bpf_insn> exception_block(const DeviceException& ex, bool default_allow) {
     std::vector<bpf_insn> b;
-    if (r.type == "c")
-        b.push_back(jne32_imm(R3, BPF_DEVCG_DEV_CHAR, kToNextRule));
-    else if (r.type == "b")
-        b.push_back(jne32_imm(R3, BPF_DEVCG_DEV_BLOCK, kToNextRule));
-    else if (!r.type.empty() && r.type != "a")
-        return fail(EINVAL, where + ": unknown device type \"" + r.type + "\"");
-    // Absent or negative (-1): any number, as "*" in v1's devices.allow.
-    for (auto [value, reg, name] : {std::tuple{r.major, R5, "major"}, std::tuple{r.minor, R6, "minor"}}) {
-        if (!value || *value < 0) continue;
-        if (*value > std::numeric_limits<uint32_t>::max())
-            return fail(EINVAL, where + ": " + name + " " + std::to_string(*value) + " is out of range");
-        b.push_back(jne32_imm(reg, static_cast<int32_t>(static_cast<uint32_t>(*value)), kToNextRule));
-    }
-    int32_t access = 0;
-    for (char c : r.access.empty() ? std::string("rwm") : r.access) {
-        if (c == 'r') access |= BPF_DEVCG_ACC_READ;
-        else if (c == 'w') access |= BPF_DEVCG_ACC_WRITE;
-        else if (c == 'm') access |= BPF_DEVCG_ACC_MKNOD;
-        else return fail(EINVAL, where + ": access \"" + r.access + "\" is not a combination of r, w and m");
-    }
-    if (r.allow) {
-        // This rule decides its bits in favour; the access is allowed once no bit is left.
-        b.push_back(and32_imm(R4, ~access));
-        b.push_back(jne32_imm(R4, 0, kToNextRule));
+    b.push_back(jne32_imm(R3, ex.type == 'b' ? BPF_DEVCG_DEV_BLOCK : BPF_DEVCG_DEV_CHAR, kToNextBlock));
+    if (ex.major >= 0) b.push_back(jne32_imm(R5, static_cast<int32_t>(static_cast<uint32_t>(ex.major)), kToNextBlock));
+    if (ex.minor >= 0) b.push_back(jne32_imm(R6, static_cast<int32_t>(static_cast<uint32_t>(ex.minor)), kToNextBlock));
+    b.push_back(mov32_reg(R0, R4));
+    if (!default_allow) {
+        // An allow exception: every bit asked for must be in it.
+        b.push_back(and32_imm(R0, static_cast<int32_t>(~ex.access)));
+        b.push_back(jne32_imm(R0, 0, kToNextBlock));
         b.push_back(mov64_imm(R0, 1));
-        b.push_back(exit_insn());
     } else {
-        // A bit still undecided that this rule names is denied.
-        b.push_back(mov32_reg(R0, R4));
-        b.push_back(and32_imm(R0, access));
-        b.push_back(jeq32_imm(R0, 0, kToNextRule));
+        // A deny exception: any bit asked for that it names denies.
+        b.push_back(and32_imm(R0, static_cast<int32_t>(ex.access)));
+        b.push_back(jeq32_imm(R0, 0, kToNextBlock));
         b.push_back(mov64_imm(R0, 0));
-        b.push_back(exit_insn());
     }
+    b.push_back(exit_insn());
     for (size_t i = 0; i < b.size(); ++i)
-        if (b[i].off == kToNextRule) b[i].off = static_cast<int16_t>(b.size() - i - 1);
+        if (b[i].off == kToNextBlock) b[i].off = static_cast<int16_t>(b.size() - i - 1);
     return b;
 }
 
@@ -114,7 +97,54 @@ std::vector<oci::DeviceRule> effective_device_rules(const std::vector<oci::Devic
     return out;
 }
 
+Result<DeviceCgroup> emulate_device_rules(const std::vector<oci::DeviceRule>& rules) {
+    DeviceCgroup cg;  // after "devices.deny a": deny by default, no exception
+    for (size_t i = 0; i < rules.size(); ++i) {
+        const oci::DeviceRule& r = rules[i];
+        std::string where = "linux.resources.devices: rule " + std::to_string(i);
+        if (r.type.empty() || r.type == "a") {
+            // The kernel reads nothing after the "a".
+            cg.default_allow = r.allow;
+            cg.exceptions.clear();
+            continue;
+        }
+        if (r.type != "c" && r.type != "b")
+            return fail(EINVAL, where + ": unknown device type \"" + r.type + "\"");
+        DeviceException ex;
+        ex.type = r.type[0];
+        for (auto [value, out, name] : {std::tuple{r.major, &ex.major, "major"}, std::tuple{r.minor, &ex.minor, "minor"}}) {
+            // Absent or negative (-1): any number, "*" in devices.allow.
+            if (!value || *value < 0) continue;
+            if (*value > std::numeric_limits<uint32_t>::max())
+                return fail(EINVAL, where + ": " + name + " " + std::to_string(*value) + " is out of range");
+            *out = *value;
+        }
+        for (char c : r.access.empty() ? std::string("rwm") : r.access) {
+            if (c == 'r') ex.access |= BPF_DEVCG_ACC_READ;
+            else if (c == 'w') ex.access |= BPF_DEVCG_ACC_WRITE;
+            else if (c == 'm') ex.access |= BPF_DEVCG_ACC_MKNOD;
+            else return fail(EINVAL, where + ": access \"" + r.access + "\" is not a combination of r, w and m");
+        }
+        auto same = std::find_if(cg.exceptions.begin(), cg.exceptions.end(), [&](const DeviceException& e) {
+            return e.type == ex.type && e.major == ex.major && e.minor == ex.minor;
+        });
+        // An allow with default deny (a deny with default allow) adds an exception;
+        // the other way round it trims the exception with the same numbers.
+        if (r.allow != cg.default_allow) {
+            if (same != cg.exceptions.end())
+                same->access |= ex.access;
+            else
+                cg.exceptions.push_back(ex);
+        } else if (same != cg.exceptions.end()) {
+            same->access &= ~ex.access;
+            if (same->access == 0) cg.exceptions.erase(same);
+        }
+    }
+    return cg;
+}
+
 Result<std::vector<bpf_insn>> device_filter_program(const std::vector<oci::DeviceRule>& rules) {
+    FB_ASSIGN(DeviceCgroup cg, emulate_device_rules(rules));
     std::vector<bpf_insn> prog = {
         load_ctx_u32(R2, offsetof(bpf_cgroup_dev_ctx, access_type)),
         mov32_reg(R3, R2),
@@ -124,12 +154,11 @@ Result<std::vector<bpf_insn>> device_filter_program(const std::vector<oci::Devic
         load_ctx_u32(R5, offsetof(bpf_cgroup_dev_ctx, major)),
         load_ctx_u32(R6, offsetof(bpf_cgroup_dev_ctx, minor)),
     };
-    // Last rule first: the first block that decides an access bit is the latest rule for it.
-    for (size_t i = rules.size(); i-- > 0;) {
-        FB_ASSIGN(auto block, rule_block(rules[i], i));
+    for (const auto& ex : cg.exceptions) {
+        auto block = exception_block(ex, cg.default_allow);
         prog.insert(prog.end(), block.begin(), block.end());
     }
-    prog.push_back(mov64_imm(R0, 0));
+    prog.push_back(mov64_imm(R0, cg.default_allow ? 1 : 0));
     prog.push_back(exit_insn());
     return prog;
 }
