@@ -43,7 +43,8 @@ bpf_insn exit_insn() { return insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0); }
 // complete.
 constexpr int16_t kToNextBlock = std::numeric_limits<int16_t>::min();
 
-// One exception: when the device matches and the access fits, return `verdict`.
+// One exception, as v1 checks it: default deny returns 1 when the device matches and the
+// exception has every bit asked for; default allow returns 0 when it has any of them.
 std::vector<bpf_insn> exception_block(const DeviceException& ex, bool default_allow) {
     std::vector<bpf_insn> b;
     b.push_back(jne32_imm(R3, ex.type == 'b' ? BPF_DEVCG_DEV_BLOCK : BPF_DEVCG_DEV_CHAR, kToNextBlock));
