@@ -262,7 +262,8 @@ TEST(CgroupPlanV2, DeviceRulesBecomeAnEbpfProgramNotFileWrites) {
 }
 
 TEST(CgroupPlanV2, NoDeviceRulesNoProgram) {
-    auto prog = plan_device_program(oci::Resources{}, v2_layout());
+    oci::Resources r;
+    auto prog = plan_device_program(r, v2_layout());
     ASSERT_TRUE(prog);
     EXPECT_FALSE(prog->has_value());
 }
