@@ -215,6 +215,14 @@ forkbox_created() {
 	forkbox_created "$ID"
 }
 
+@test "ctr run -t: what is typed reaches the shell and its exit code comes back" {
+	printf 'echo typed-in\nexit 6\n' >"$BATS_TEST_TMPDIR/typed"
+	run script -qefc "ctr -a $CTRD_SOCK -n $CTRD_NS run --rm -t --runc-binary $FB_WRAPPER $IMAGE $ID /bin/sh" /dev/null <"$BATS_TEST_TMPDIR/typed"
+	assert_failure 6
+	# The shell's own echo of the command, then its output on a line of its own.
+	assert_line --regexp '^typed-in'
+}
+
 @test "run -d, task exec, task kill and task delete" {
 	CMD=(/bin/sh -c 'trap "exit 42" TERM; while :; do sleep 0.2; done')
 	crun_d "$ID"
@@ -230,8 +238,45 @@ forkbox_created() {
 	# The TERM trap (ctr's default signal) set the exit code, which task delete reports.
 	run c tasks delete "$ID"
 	assert_output --partial "exit code 42"
-	run c tasks ls -q
-	refute_line "$ID"
+	if c tasks ls -q | grep -qxF "$ID"; then
+		fail "task $ID is still listed after delete"
+	fi
+}
+
+@test "task exec: --user, --cwd, stdin, -d and kill --exec-id" {
+	CMD=(/bin/fbhelper sleep 1000)
+	crun_d "$ID"
+	run --separate-stderr c tasks exec --exec-id e1 --user 1000:1000 --cwd /tmp "$ID" /bin/sh -c 'id; pwd' </dev/null
+	assert_success
+	assert_line --index 0 --partial "uid=1000 gid=1000"
+	assert_line --index 1 /tmp
+	# stdin, written once the exec exists (see the stdin test).
+	{
+		local i
+		for ((i = 0; i < 200; i++)); do
+			c tasks ps "$ID" 2>/dev/null | grep -q 'ExecID:e2' && break
+			sleep 0.05
+		done
+		echo into-exec
+	} | c tasks exec --exec-id e2 "$ID" /bin/fbhelper cat >"$BATS_TEST_TMPDIR/e2.out"
+	[[ $(cat "$BATS_TEST_TMPDIR/e2.out") == into-exec ]]
+	# A detached exec shows in task ps under its exec id and is killed by it.
+	run c tasks exec -d --exec-id e3 "$ID" /bin/fbhelper sleep 1000 </dev/null
+	assert_success
+	run c tasks ps "$ID"
+	assert_output --partial "ExecID:e3"
+	c tasks kill --exec-id e3 -s SIGKILL "$ID"
+	for ((i = 0; i < 200; i++)); do
+		c tasks ps "$ID" | grep -q 'ExecID:e3' || break
+		sleep 0.05
+	done
+	run c tasks ps "$ID"
+	refute_output --partial "ExecID:e3"
+	# The container's init is untouched.
+	[[ $(task_status "$ID") == RUNNING ]]
+	# An exec killed by a signal: 128+N.
+	run c tasks exec --exec-id e4 "$ID" /bin/sh -c 'kill -9 $$' </dev/null
+	assert_failure 137
 }
 
 @test "task exec of a missing command fails with forkbox's error text" {
@@ -321,11 +366,20 @@ forkbox_created() {
 	assert_output 67108864
 }
 
-@test "a container over its --memory-limit is OOM-killed (exit 137)" {
+@test "a container over its --memory-limit is OOM-killed (exit 137, /tasks/oom event)" {
+	# The shim watches the container's memory cgroup (found through the pid forkbox wrote).
+	c events >"$BATS_TEST_TMPDIR/events" 2>&1 3>&- 4>&- &
+	FB_PIDS+=($!)
 	# busybox sh doubling a string until the 32 MiB limit kills it.
 	crun --memory-limit 33554432 "$IMAGE" "$ID" /bin/sh -c 'a=aaaaaaaaaaaaaaaa; while :; do a=$a$a; done'
 	assert_failure 137
 	forkbox_created "$ID"
+	local i
+	for ((i = 0; i < 100; i++)); do
+		grep -q "/tasks/oom {\"container_id\":\"$ID\"}" "$BATS_TEST_TMPDIR/events" && return 0
+		sleep 0.05
+	done
+	fail "no /tasks/oom event for $ID: $(cat "$BATS_TEST_TMPDIR/events")"
 }
 
 @test "--read-only: the rootfs cannot be written" {
