@@ -87,6 +87,9 @@ ctrd_import() {
 }
 
 ctrd_cleanup() {
+	# Best effort, also under errexit (bats, set -e scripts): one failed step must not skip the rest.
+	local -
+	set +e
 	local id ids
 	[[ -n ${CTRD_SOCK:-} && -S $CTRD_SOCK ]] || return 0
 	mapfile -t ids < <(ctrd_ctr tasks list -q 2>/dev/null)
@@ -104,6 +107,8 @@ ctrd_cleanup() {
 }
 
 ctrd_stop() {
+	local -
+	set +e
 	local pid i mnt mnts
 	[[ -n ${CTRD_DIR:-} && -d $CTRD_DIR ]] || return 0
 	ctrd_cleanup
