@@ -6,6 +6,8 @@
 # image built offline (scripts/oci-image.sh). Containers run with
 #   ctr run --runc-binary FORKBOX        (the runc v2 shim's BinaryName option)
 #   ctr run --runtime io.containerd.runtime.v1.linux   (the config.toml runtime entry)
+# and through the CRI plugin (Kubernetes' path) with a config.toml runtime entry "forkbox"
+# whose BinaryName is forkbox, driven by integration/helper/cri-client.py (no crictl in Debian).
 # Most tests use $FB_WRAPPER as the runc binary: it logs each call to $FB_CALLS and keeps the
 # JSON --log of a failed call, so a test can show that forkbox, not the system runc, ran
 # the container (ctr silently falls back to runc when a task option is set, e.g. --uidmap).
@@ -15,6 +17,8 @@
 load helpers
 
 IMAGE=localhost/fb-busybox:latest
+PAUSE_IMAGE=localhost/fb-pause:latest
+CRI_CLIENT=(/usr/bin/python3 "$INTEGRATION_DIR/helper/cri-client.py")
 
 setup_file() {
 	command -v containerd >/dev/null && command -v ctr >/dev/null ||
@@ -46,19 +50,25 @@ EOF
 	chmod +x "$FB_WRAPPER"
 	# shellcheck source=../scripts/containerd-private.bash
 	source "$REPO_DIR/scripts/containerd-private.bash"
+	export CTRD_CRI_BINARY=$FB_WRAPPER CTRD_CRI_SANDBOX_IMAGE=$PAUSE_IMAGE
 	ctrd_start "$CTRD_DIR" "$FORKBOX"
 	export CTRD_SOCK CTRD_PID
 	local rootfs
 	rootfs=$(base_rootfs)
 	ctrd_import "$rootfs" "$IMAGE"
+	# CRI's images live in the k8s.io namespace; the pod's sandbox waits for a signal.
+	CTRD_NS=k8s.io ctrd_import "$rootfs" "$IMAGE"
+	CTRD_NS=k8s.io ctrd_import "$rootfs" "$PAUSE_IMAGE" /bin/fbhelper sigwait
 }
 
 teardown_file() {
 	[[ -n ${CTRD_DIR:-} ]] || return 0
 	source "$REPO_DIR/scripts/containerd-private.bash"
+	CTRD_NS=k8s.io ctrd_cleanup
 	ctrd_stop
-	# The cgroup parent ctr names after the namespace (cgroupsPath /NS/ID).
-	find /sys/fs/cgroup -maxdepth 2 -depth -type d -name "$CTRD_NS" -exec rmdir {} + 2>/dev/null
+	# The cgroup parents named after the namespaces (cgroupsPath /NS/ID); rmdir keeps them
+	# if anything else still uses them.
+	find /sys/fs/cgroup -maxdepth 2 -depth -type d \( -name "$CTRD_NS" -o -name k8s.io \) -exec rmdir {} + 2>/dev/null
 	return 0
 }
 
@@ -68,8 +78,35 @@ setup() {
 
 teardown() {
 	source "$REPO_DIR/scripts/containerd-private.bash"
+	if [[ -n ${POD:-} ]]; then
+		cri stop-pod "$POD" >/dev/null 2>&1
+		cri rm-pod "$POD" >/dev/null 2>&1
+	fi
 	ctrd_cleanup
 	fb_teardown
+}
+
+# cri VERB ARGS...: a CRI call with the runtime handler "forkbox" (cri-client.py).
+cri() {
+	"${CRI_CLIENT[@]}" "$CTRD_SOCK" forkbox "$@"
+}
+
+# skip_without_cri_client: python3-grpcio missing (make deps installs it).
+skip_without_cri_client() {
+	/usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null ||
+		skip "python3-grpcio is not installed (make deps)"
+}
+
+# wait_cri_state ID STATE: poll ContainerStatus until its state is STATE.
+wait_cri_state() {
+	local i st=
+	for ((i = 0; i < 200; i++)); do
+		st=$(cri status "$1" | jq -r .state)
+		[[ $st == "$2" ]] && return 0
+		sleep 0.05
+	done
+	echo "CRI container $1: state '$st', wanted '$2'" >&2
+	return 1
 }
 
 # c ARGS...: ctr against the private containerd.
@@ -502,4 +539,49 @@ cap_bit() {
 	assert_line --index 2 --partial "uid=0 gid=0"
 	assert_line --index 3 --regexp '^directory [0-7]+ 0 0$'
 	forkbox_created "$ID"
+}
+
+@test "CRI: a pod and its containers run with the runtime entry whose BinaryName is forkbox" {
+	skip_without_cri_client
+	local logs=$BATS_TEST_TMPDIR/logs pod_name=pod$BATS_TEST_NUMBER cid sandbox_pid
+	mkdir -p "$logs"
+	POD=$(cri run-pod "$pod_name" "$logs")
+	forkbox_created "$POD"
+	# A container that prints and exits 7: its log (CRI format) and exit code.
+	cid=$(cri create "$POD" "$pod_name" "$logs" hello "$IMAGE" /bin/sh -c 'echo hello from a pod; exit 7')
+	cri start "$cid"
+	forkbox_created "$cid"
+	wait_cri_state "$cid" EXITED
+	run cri status "$cid"
+	assert_success
+	[[ $(jq -r .exit_code <<<"$output") == 7 ]]
+	run cat "$logs/hello.log"
+	assert_output --regexp ' stdout F hello from a pod$'
+	# A long-running one: ExecSync (forkbox exec) and the pod's ipc namespace, joined by path.
+	cid=$(cri create "$POD" "$pod_name" "$logs" sleeper "$IMAGE" /bin/fbhelper sleep 1000)
+	cri start "$cid"
+	wait_cri_state "$cid" RUNNING
+	sandbox_pid=$(ctr -a "$CTRD_SOCK" -n k8s.io tasks ls | awk -v id="$POD" '$1 == id {print $2}')
+	run cri exec-sync "$cid" /bin/fbhelper readlink /proc/self/ns/ipc
+	assert_success
+	assert_output "$(readlink "/proc/$sandbox_pid/ns/ipc")"
+	run cri exec-sync "$cid" /bin/sh -c 'exit 3'
+	assert_failure 3
+	run cri stop-pod "$POD"
+	assert_success
+	run cri rm-pod "$POD"
+	assert_success
+	POD=
+}
+
+@test "CRI: a missing command fails StartContainer with forkbox's error" {
+	skip_without_cri_client
+	local logs=$BATS_TEST_TMPDIR/logs pod_name=pod$BATS_TEST_NUMBER cid
+	mkdir -p "$logs"
+	POD=$(cri run-pod "$pod_name" "$logs")
+	cid=$(cri create "$POD" "$pod_name" "$logs" missing "$IMAGE" /nosuch)
+	run --separate-stderr cri start "$cid"
+	assert_failure
+	assert_stderr_contains 'exec: "/nosuch": stat /nosuch: no such file or directory'
+	forkbox_created "$cid"
 }
