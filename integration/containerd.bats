@@ -97,6 +97,11 @@ skip_without_cri_client() {
 		skip "python3-grpcio is not installed (make deps)"
 }
 
+# cri_pid ID: the pid of a CRI container's (or sandbox's) task.
+cri_pid() {
+	ctr -a "$CTRD_SOCK" -n k8s.io tasks ls | awk -v id="$1" '$1 == id {print $2}'
+}
+
 # wait_cri_state ID STATE: poll ContainerStatus until its state is STATE.
 wait_cri_state() {
 	local i st=
@@ -561,12 +566,21 @@ cap_bit() {
 	cid=$(cri create "$POD" "$pod_name" "$logs" sleeper "$IMAGE" /bin/fbhelper sleep 1000)
 	cri start "$cid"
 	wait_cri_state "$cid" RUNNING
-	sandbox_pid=$(ctr -a "$CTRD_SOCK" -n k8s.io tasks ls | awk -v id="$POD" '$1 == id {print $2}')
+	sandbox_pid=$(cri_pid "$POD")
 	run cri exec-sync "$cid" /bin/fbhelper readlink /proc/self/ns/ipc
 	assert_success
 	assert_output "$(readlink "/proc/$sandbox_pid/ns/ipc")"
 	run cri exec-sync "$cid" /bin/sh -c 'exit 3'
 	assert_failure 3
+	# UpdateContainerResources: the shim runs `forkbox update --resources -`.
+	run cri update "$cid" 67108864 50000 100000
+	assert_success
+	grep -E -q "(^| )update .*$cid\$" "$FB_CALLS"
+	local dir
+	dir=$(awk -F: '$2 == "memory" {print $3}' "/proc/$(cri_pid "$cid")/cgroup")
+	[[ $(cat "/sys/fs/cgroup/memory$dir/memory.limit_in_bytes") == 67108864 ]]
+	dir=$(awk -F: '$2 == "cpu" {print $3}' "/proc/$(cri_pid "$cid")/cgroup")
+	[[ $(cat "/sys/fs/cgroup/cpu$dir/cpu.cfs_quota_us") == 50000 ]]
 	run cri stop-pod "$POD"
 	assert_success
 	run cri rm-pod "$POD"

@@ -8,6 +8,7 @@ usage: cri-client.py SOCKET HANDLER VERB ARGS...
   start ID | stop-pod POD | rm-pod POD      StartContainer / StopPodSandbox / RemovePodSandbox
   status ID                                 ContainerStatus as JSON {state, exit_code, reason, message}
   exec-sync ID CMD...                       ExecSync: prints stdout, exits with the exit code
+  update ID MEMORY CPU_QUOTA CPU_PERIOD     UpdateContainerResources (bytes, microseconds)
 
 No crictl in Debian: the messages are built at run time from a descriptor holding only the
 fields used here, with the field numbers of the CRI runtime.v1 API (k8s.io/cri-api), so
@@ -54,6 +55,10 @@ MESSAGES = {
     "ContainerStatusResponse": [("status", 1, "ContainerStatus")],
     "ExecSyncRequest": [("container_id", 1, "string"), ("cmd", 2, "repeated string"),
                         ("timeout", 3, "int64")],
+    "LinuxContainerResources": [("cpu_period", 1, "int64"), ("cpu_quota", 2, "int64"),
+                                ("cpu_shares", 3, "int64"), ("memory_limit_in_bytes", 4, "int64")],
+    "UpdateContainerResourcesRequest": [("container_id", 1, "string"),
+                                        ("linux", 2, "LinuxContainerResources")],
     "ExecSyncResponse": [("stdout", 1, "bytes"), ("stderr", 2, "bytes"), ("exit_code", 3, "int32")],
 }
 STATES = {0: "CREATED", 1: "RUNNING", 2: "EXITED", 3: "UNKNOWN"}
@@ -129,6 +134,11 @@ def main(argv):
         elif verb in ("stop-pod", "rm-pod"):
             method = "StopPodSandbox" if verb == "stop-pod" else "RemovePodSandbox"
             call(channel, method, M["PodSandboxIdRequest"](pod_sandbox_id=args[0]), "Empty")
+        elif verb == "update":
+            req = M["UpdateContainerResourcesRequest"](container_id=args[0])
+            res = req.linux
+            res.memory_limit_in_bytes, res.cpu_quota, res.cpu_period = int(args[1]), int(args[2]), int(args[3])
+            call(channel, "UpdateContainerResources", req, "Empty")
         elif verb == "exec-sync":
             resp = call(channel, "ExecSync", M["ExecSyncRequest"](container_id=args[0], cmd=args[1:], timeout=30),
                         "ExecSyncResponse")
