@@ -93,6 +93,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     if ((plan.new_namespaces & CLONE_NEWCGROUP) && ::unshare(CLONE_NEWCGROUP) < 0)
         return sys_error("unshare cgroup namespace");
     if (plan.new_namespaces & CLONE_NEWTIME) FB_TRY(enter_new_time_namespace(plan.time_offsets));
+    if (plan.new_namespaces & CLONE_NEWNET) FB_TRY(bring_up_loopback());
     if (plan.set_hostname) FB_TRY(set_hostname(plan.hostname));
     if (plan.set_domainname) FB_TRY(set_domainname(plan.domainname));
 
