@@ -30,6 +30,7 @@ put_blob() {
 	echo "$digest $size"
 }
 
+# shellcheck disable=SC2054 # the commas belong to --pax-option's value
 tar_flags=(--sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=posix
 	--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime)
 
