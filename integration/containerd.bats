@@ -599,3 +599,21 @@ cap_bit() {
 	assert_stderr_contains 'exec: "/nosuch": stat /nosuch: no such file or directory'
 	forkbox_created "$cid"
 }
+
+@test "CRI: a pod sharing its pid namespace: a container joins the sandbox's by path" {
+	skip_without_cri_client
+	local logs=$BATS_TEST_TMPDIR/logs pod_name=pod$BATS_TEST_NUMBER cid
+	mkdir -p "$logs"
+	export CRI_PID_MODE=POD
+	POD=$(cri run-pod "$pod_name" "$logs")
+	cid=$(cri create "$POD" "$pod_name" "$logs" sharer "$IMAGE" /bin/fbhelper sleep 1000)
+	cri start "$cid"
+	wait_cri_state "$cid" RUNNING
+	run cri exec-sync "$cid" /bin/fbhelper readlink /proc/self/ns/pid
+	assert_success
+	assert_output "$(readlink "/proc/$(cri_pid "$POD")/ns/pid")"
+	# pid 1 is the sandbox's process (fbhelper sigwait), not the container's.
+	run cri exec-sync "$cid" /bin/fbhelper read /proc/1/cmdline
+	assert_success
+	assert_output --partial sigwait
+}

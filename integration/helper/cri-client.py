@@ -16,6 +16,7 @@ there is no generated code. Needs python3-grpcio and python3-protobuf (Debian's 
 The pod config depends only on its NAME and LOGDIR, so `create` sends the same one again.
 """
 import json
+import os
 import sys
 
 import grpc
@@ -103,7 +104,9 @@ def pod_config(name, logdir):
     cfg = M["PodSandboxConfig"](log_directory=logdir)
     cfg.metadata.name, cfg.metadata.uid, cfg.metadata.namespace = name, name + "-uid", "fbtest"
     ns = cfg.linux.security_context.namespace_options
-    ns.network, ns.pid, ns.ipc = 2, 1, 0  # NODE network (no CNI), CONTAINER pid, POD ipc
+    # NODE network (no CNI), POD ipc; pid CONTAINER unless CRI_PID_MODE=POD (shared with the pod).
+    ns.network, ns.ipc = 2, 0
+    ns.pid = 0 if os.environ.get("CRI_PID_MODE") == "POD" else 1
     return cfg
 
 
