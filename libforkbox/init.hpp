@@ -25,6 +25,7 @@ struct InitArgs {
     int preserve_fds = 0;
     bool intermediate = false;  // this process joins namespaces and forks init itself
     const SeccompProgram* seccomp = nullptr;  // compiled by the parent; null without linux.seccomp
+    int exec_stub_fd = -1;  // make_exec_stub()'s sealed memfd: the final exec goes through it
 };
 
 // Runs in the cloned child and never returns: it execs the container process or reports
