@@ -69,6 +69,10 @@ $(BUILD)/fbhelper: integration/helper/fbhelper.c
 	@mkdir -p $(BUILD)
 	$(CC) -static -O2 -Wall -Wextra -o $@ $<
 
+# What the exec guard costs (not part of `all`): see bench/exec-stub-cost.cpp.
+$(BUILD)/bench-exec-stub: $(BUILD)/obj/bench/exec-stub-cost.o $(LIB_OBJS)
+	$(CXX) $(CXXFLAGS) $(FB_CXXFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
+
 # Installs the Debian packages that building and testing need, only when missing.
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \

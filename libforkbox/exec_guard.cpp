@@ -27,26 +27,24 @@ std::span<const unsigned char> exec_stub_image() {
 
 Result<unique_fd> make_exec_stub() {
     constexpr unsigned kFlags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
-    unique_fd rw(::memfd_create("forkbox-exec", kFlags | MFD_EXEC));
+    unique_fd fd(::memfd_create("forkbox-exec", kFlags | MFD_EXEC));
     // Kernels before 6.3 do not know MFD_EXEC (and make every memfd executable).
-    if (!rw && errno == EINVAL) rw.reset(::memfd_create("forkbox-exec", kFlags));
-    if (!rw) return sys_error("exec stub: memfd_create");
+    if (!fd && errno == EINVAL) fd.reset(::memfd_create("forkbox-exec", kFlags));
+    if (!fd) return sys_error("exec stub: memfd_create");
     auto image = exec_stub_image();
     size_t done = 0;
     while (done < image.size()) {
-        ssize_t w = ::write(rw.get(), image.data() + done, image.size() - done);
+        ssize_t w = ::write(fd.get(), image.data() + done, image.size() - done);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) return sys_error("exec stub: write memfd");
         done += static_cast<size_t>(w);
     }
-    if (::fcntl(rw.get(), F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0)
+    // After this, no write through any fd (ours, or a reopened /proc/PID/exe) changes it.
+    // It stays executable although this fd was opened read-write: memfd_create's own
+    // file does not count as a writer (i_writecount), so exec gives no ETXTBSY.
+    if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0)
         return sys_error("exec stub: seal memfd");
-    // A writable open file makes exec fail with ETXTBSY: keep only a read-only one.
-    char path[32];
-    std::snprintf(path, sizeof path, "/proc/self/fd/%d", rw.get());
-    unique_fd ro(::open(path, O_RDONLY | O_CLOEXEC));
-    if (!ro) return sys_error("exec stub: reopen memfd read-only");
-    return ro;
+    return fd;
 }
 
 Result<void> exec_through_stub(int stub_fd, const std::string& exe, char* const argv[],

@@ -25,9 +25,8 @@ namespace forkbox {
 std::span<const unsigned char> exec_stub_image();
 
 // Parent side, before clone: a memfd holding the stub, sealed against any change
-// (F_SEAL_SEAL|SHRINK|GROW|WRITE), reopened read-only (an exec of a file someone holds
-// open for writing fails with ETXTBSY), close-on-exec (hooks the parent runs do not get it,
-// and the child's exec of it does not pass it on). About 20 us.
+// (F_SEAL_SEAL|SHRINK|GROW|WRITE), close-on-exec (hooks the parent runs do not get it, and
+// the child's exec of it does not pass it on). About 8 us: memfd_create, one write, fcntl.
 Result<unique_fd> make_exec_stub();
 
 // Child side, the very last step: execs `exe` with argv/envp through the stub in stub_fd.
