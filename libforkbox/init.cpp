@@ -121,7 +121,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     }
     FB_TRY(apply_rlimits(proc.rlimits));
     if (proc.oom_score_adj) FB_TRY(set_oom_score_adj(*proc.oom_score_adj));
-    if (::chdir(proc.cwd.c_str()) < 0) return sys_error("chdir to cwd " + proc.cwd);
+    FB_TRY(enter_cwd(proc.cwd));
 
     // Without no_new_privs, installing a filter needs CAP_SYS_ADMIN: load it while init still
     // has every capability, as runc does. With it, wait until just before execve, so that the
