@@ -286,3 +286,18 @@ refute_exe_hunt_hits() {
 	run -127 --separate-stderr runtime run --bundle "$BUNDLE" "$CID-2"
 	assert_stderr_contains 'exec: "/evil": no such file or directory'
 }
+
+@test "an exec'd file the kernel cannot run is still reported by exec and run (through the stub)" {
+	printf 'not a program\n' >"$BUNDLE/rootfs/junk"
+	chmod 755 "$BUNDLE/rootfs/junk"
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	wait_for_status "$CID" running
+	run ! --separate-stderr runtime exec "$CID" /junk
+	assert_stderr_contains "exec format error"
+	run ! --separate-stderr runtime exec --detach "$CID" /junk
+	assert_stderr_contains "exec format error"
+	set_args /junk
+	run ! --separate-stderr runtime run --bundle "$BUNDLE" "$CID-2"
+	assert_stderr_contains "exec format error"
+}
