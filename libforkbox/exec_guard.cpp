@@ -66,9 +66,10 @@ Result<void> exec_through_stub(int stub_fd, const std::string& exe, char* const 
     // A filter could KILL or TRAP instead of failing with an errno: ask it first.
     if (!filter || seccomp_allows(filter->bpf, native_seccomp_data(SYS_execveat, args)))
         ::syscall(SYS_execveat, stub_fd, empty, stub_argv.data(), envp, AT_EMPTY_PATH);
-    // Here: a filter refused execveat (ours, or one forkbox runs under), or a kernel
-    // before 3.19. Plain execve of the same file through procfs (an ELF runs from a
-    // close-on-exec fd this way too: the kernel opens it before closing those).
+    // Here: a filter refused execveat (ours, or one forkbox runs under), a kernel before
+    // 3.19, or a failure the retry will meet again (E2BIG, ENOMEM) and report. Plain execve
+    // of the same file through procfs (an ELF runs from a close-on-exec fd this way too:
+    // the kernel opens it before closing those).
     char path[32];
     std::snprintf(path, sizeof path, "/proc/self/fd/%d", stub_fd);
     ::execve(path, stub_argv.data(), envp);
