@@ -2,11 +2,17 @@
 
 #include <fcntl.h>
 #include <linux/nsfs.h>
+#include <net/if.h>
 #include <sched.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "oci/linux_names.hpp"
 
 namespace forkbox {
 
@@ -91,6 +97,39 @@ Result<void> enter_new_time_namespace(const std::vector<std::pair<std::string, o
     unique_fd ns(::open("/proc/self/ns/time_for_children", O_RDONLY | O_CLOEXEC));
     if (!ns) return sys_error("open time_for_children");
     if (::setns(ns.get(), CLONE_NEWTIME) < 0) return sys_error("enter time namespace");
+    return {};
+}
+
+Result<NamespaceVisit> NamespaceVisit::enter(const std::vector<OpenNamespace>& namespaces) {
+    NamespaceVisit v;
+    for (const auto& ns : namespaces) {
+        const auto* kind = oci::namespace_kind_by_flag(ns.clone_flag);
+        if (!kind) return fail(EINVAL, "unknown namespace flag");
+        OpenNamespace home;
+        home.clone_flag = ns.clone_flag;
+        home.path = "/proc/self/ns/" + std::string(kind->proc_name);
+        home.fd.reset(::open(home.path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!home.fd) return sys_error("open " + home.path);
+        v.home_.push_back(std::move(home));
+    }
+    for (const auto& ns : namespaces)
+        if (::setns(ns.fd.get(), ns.clone_flag) < 0) return sys_error("enter " + ns.path);  // ~v restores
+    return v;
+}
+
+NamespaceVisit::~NamespaceVisit() {
+    for (const auto& ns : home_)
+        if (ns.fd && ::setns(ns.fd.get(), ns.clone_flag) < 0) std::abort();  // never run on in a foreign namespace
+}
+
+Result<void> bring_up_loopback() {
+    unique_fd sock(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!sock) return sys_error("socket for loopback setup");
+    ifreq ifr{};
+    std::memcpy(ifr.ifr_name, "lo", 3);
+    if (::ioctl(sock.get(), SIOCGIFFLAGS, &ifr) < 0) return sys_error("get lo flags");
+    ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
+    if (::ioctl(sock.get(), SIOCSIFFLAGS, &ifr) < 0) return sys_error("set lo up");
     return {};
 }
 
