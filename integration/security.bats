@@ -138,6 +138,7 @@ load helpers
 			[[ $output == /* && $output != *unreachable* ]] || fail "fd $n: cwd $output is outside the rootfs"
 		fi
 	done
+}
 
 # ---- the default seccomp profile `spec` writes (issue #3) ----
 # Most calls below also need a capability the template does not grant, so they would fail
