@@ -205,14 +205,18 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     FB_ASSIGN(CgroupLayout layout, detect_cgroup_layout());
     // Planned before any cgroup exists, so a limit this host cannot hold fails create cleanly.
     std::vector<CgroupWrite> cgroup_writes;
+    std::optional<std::vector<bpf_insn>> device_program;
     if (spec.linux && spec.linux->resources) {
         if (layout.unified()) FB_TRY_CTX(load_v2_controllers(layout), "cgroup");
         FB_ASSIGN(cgroup_writes, plan_cgroup_writes(*spec.linux->resources, layout, spec.linux->devices));
+        FB_ASSIGN(device_program, plan_device_program(*spec.linux->resources, layout, spec.linux->devices));
     }
     FB_ASSIGN(CgroupPlacement cgroups, create_cgroups(layout, plan.cgroups_path));
     // Before clone, so the limits hold from the container's first instruction; on failure
-    // the placement guard removes the cgroups again.
+    // the placement guard removes the cgroups again. The device program's fd is closed once
+    // it is attached, so init never holds it.
     FB_TRY(apply_cgroup_writes(cgroup_writes, layout, cgroups.dirs()));
+    if (device_program) FB_TRY(apply_device_program(*device_program, layout, cgroups.dirs()));
     state.cgroup_dirs = cgroups.dirs();
     state.cgroup_dirs_created = cgroups.created();
     FB_ASSIGN(auto namespaces, open_namespaces(plan.joins));
