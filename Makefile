@@ -32,6 +32,9 @@ TEST_OBJS := $(TEST_SRCS:%.cpp=$(BUILD)/obj/%.o)
 DEB_PACKAGES := build-essential pkg-config git libseccomp-dev libyajl-dev libcap-dev \
 	libboost-program-options-dev libgtest-dev bats bats-assert bats-support busybox-static \
 	jq runc iproute2 procps util-linux python3
+# integration/podman.bats: podman (with conmon and catatonit for --init) drives forkbox;
+# bsdutils' `script` gives `podman run -it` a terminal.
+DEB_PACKAGES += podman conmon catatonit bsdutils
 
 .PHONY: all deps demo test unit integration install uninstall bench check-asan conformance clean
 

@@ -363,6 +363,20 @@ ctr_cgroup() {
 	assert_success
 }
 
+@test "--init runs catatonit as pid 1, which passes SIGTERM on" {
+	run pm run -d --name withinit --init "$PM_IMAGE" sleep 100
+	assert_success
+	run pm run --rm --init "$PM_IMAGE" sh -c 'tr "\0" " " </proc/1/cmdline'
+	assert_success
+	assert_output --regexp '^/run/podman-init -- sh -c'
+	# sleep is not pid 1 here, so SIGTERM kills it without a 10 s wait and SIGKILL.
+	run --separate-stderr pm stop --time 30 withinit
+	assert_success
+	[[ $stderr != *SIGKILL* ]] || fail "stop escalated: $stderr"
+	run pm_field withinit '{{.State.ExitCode}}'
+	assert_output 143
+}
+
 @test "restart runs the container again with a new init" {
 	run pm run -d --name again "$PM_IMAGE" fbhelper sigwait
 	assert_success
