@@ -154,7 +154,6 @@ load helpers
 }
 
 @test "create --console-socket sends the pty master and the process gets the pty as stdio" {
-	skip_until_issue 4 "terminals and --console-socket"
 	update_config '.process.terminal = true'
 	set_args /bin/fbhelper readlink /proc/self/fd/0
 	local sock=$BATS_TEST_TMPDIR/console.sock result=$BATS_TEST_TMPDIR/console.out
@@ -170,12 +169,32 @@ load helpers
 	assert_line --index 1 --regexp '^/dev/pts/[0-9]+.?$'
 }
 
-@test "a terminal with a console socket fails with a clear error until terminals exist" {
-	skip_if_runc "runc supports terminals"
+@test "create with a console socket nobody listens on fails cleanly and leaves no state" {
 	update_config '.process.terminal = true'
 	try_create --bundle "$BUNDLE" --console-socket "$BATS_TEST_TMPDIR/none.sock" "$CID"
 	assert_failure
-	assert_stderr_contains "not supported yet"
+	assert_stderr_contains "none.sock"
 	run runtime state "$CID"
 	assert_failure
+}
+
+@test "create --console-socket without process.terminal is refused" {
+	try_create --bundle "$BUNDLE" --console-socket "$BATS_TEST_TMPDIR/none.sock" "$CID"
+	assert_failure
+	assert_stderr_contains "console socket"
+}
+
+@test "create --console-socket applies process.consoleSize to the pty" {
+	update_config '.process.terminal = true | .process.consoleSize = {"height": 31, "width": 97}'
+	set_args /bin/stty size
+	local sock=$BATS_TEST_TMPDIR/console.sock result=$BATS_TEST_TMPDIR/console.out
+	python3 "$INTEGRATION_DIR/helper/recv_console.py" "$sock" "$result" 3>&- 4>&- &
+	FB_PIDS+=($!)
+	wait_for_file "$sock.ready"
+	create_container "$CID" --console-socket "$sock"
+	runtime start "$CID"
+	wait_for_status "$CID" stopped
+	wait "${FB_PIDS[-1]}"
+	run cat "$result"
+	assert_line --index 1 --regexp '^31 97.?$'
 }

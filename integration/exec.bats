@@ -138,3 +138,102 @@ start_container() {
 	assert_failure
 	[ "$status" -ne 124 ] || fail "exec --detach --tty hung without a console socket"
 }
+
+@test "exec into a paused container fails cleanly instead of hanging" {
+	start_container
+	runtime pause "$CID"
+	run --separate-stderr timeout 30 "$FORKBOX" --root "$ROOT" exec "$CID" /bin/true
+	assert_failure
+	[ "$status" -ne 124 ] || fail "exec into a paused container hung"
+	assert_stderr_contains "paused"
+	runtime resume "$CID"
+}
+
+@test "exec'd process is in the container's cgroups" {
+	start_container
+	runtime exec --detach --pid-file "$BATS_TEST_TMPDIR/exec.pid" "$CID" /bin/fbhelper sleep 100 \
+		</dev/null >/dev/null 2>&1 3>&- 4>&-
+	local pid init
+	pid=$(cat "$BATS_TEST_TMPDIR/exec.pid")
+	init=$(container_pid "$CID")
+	# Same cgroup in every hierarchy as init (v1 controllers and the v2 mount).
+	assert_equal "$(sort "/proc/$pid/cgroup")" "$(sort "/proc/$init/cgroup")"
+}
+
+@test "kill --all reaches processes started by exec" {
+	start_container
+	runtime exec --detach --pid-file "$BATS_TEST_TMPDIR/exec.pid" "$CID" /bin/fbhelper sleep 100 \
+		</dev/null >/dev/null 2>&1 3>&- 4>&-
+	local pid
+	pid=$(cat "$BATS_TEST_TMPDIR/exec.pid")
+	runtime kill --all "$CID" KILL
+	wait_for_pid_gone "$pid"
+}
+
+@test "exec applies the container's seccomp filter" {
+	update_config '.linux.seccomp = {"defaultAction": "SCMP_ACT_ALLOW",
+		"syscalls": [{"names": ["getcwd"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1}]}'
+	start_container
+	run runtime exec "$CID" /bin/fbhelper pwd
+	assert_failure
+	assert_output --partial "Operation not permitted"
+}
+
+@test "exec --cap adds a capability and --no-new-privs sets NoNewPrivs" {
+	start_container
+	run runtime exec --cap CAP_SYS_ADMIN "$CID" /bin/fbhelper caps
+	assert_success
+	# bit 21 = CAP_SYS_ADMIN in the effective set
+	local eff
+	eff=$(awk '/^CapEff/ {print $2}' <<<"$output")
+	(( (0x$eff >> 21) & 1 )) || fail "CAP_SYS_ADMIN missing from CapEff=$eff"
+	run runtime exec --no-new-privs "$CID" /bin/fbhelper status-field NoNewPrivs
+	assert_output 1
+}
+
+@test "exec --preserve-fds passes extra fds to the process" {
+	start_container
+	run runtime exec --preserve-fds 1 "$CID" /bin/fbhelper readlink /proc/self/fd/3 3<"$BATS_TEST_TMPDIR"
+	assert_success
+	run runtime exec "$CID" /bin/fbhelper readlink /proc/self/fd/3 3<"$BATS_TEST_TMPDIR"
+	assert_failure
+}
+
+@test "exec command words that look like options belong to the command" {
+	start_container
+	run runtime exec "$CID" /bin/sh -c 'echo -e x'
+	assert_success
+	assert_output "x"
+}
+
+@test "exec --apparmor and --process-label are refused clearly on this host" {
+	skip_if_runc "runc ignores AppArmor when the host has none"
+	start_container
+	run --separate-stderr runtime exec --apparmor some-profile "$CID" /bin/true
+	assert_failure
+	assert_stderr_contains "AppArmor"
+	run --separate-stderr runtime exec --process-label system_u:system_r:foo_t "$CID" /bin/true
+	assert_failure
+	assert_stderr_contains "SELinux"
+}
+
+@test "exec --tty --console-socket hands the pty master to the socket" {
+	start_container
+	local sock=$BATS_TEST_TMPDIR/console.sock result=$BATS_TEST_TMPDIR/console.out
+	python3 "$INTEGRATION_DIR/helper/recv_console.py" "$sock" "$result" 3>&- 4>&- &
+	FB_PIDS+=($!)
+	wait_for_file "$sock.ready"
+	runtime exec --tty --detach --console-socket "$sock" "$CID" /bin/fbhelper readlink /proc/self/fd/1 \
+		</dev/null >/dev/null 2>&1 3>&- 4>&-
+	wait "${FB_PIDS[-1]}"
+	run cat "$result"
+	assert_line --index 0 "isatty=True"
+	assert_line --index 1 --regexp '^/dev/pts/[0-9]+.?$'
+}
+
+@test "exec --tty in the foreground uses the caller's terminal" {
+	start_container
+	run script -qec "$FORKBOX --root $ROOT exec -t $CID /bin/sh -c 'tty; exit 3'" /dev/null </dev/null
+	assert_failure 3
+	assert_output --regexp '/dev/pts/[0-9]+'
+}

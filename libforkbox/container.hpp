@@ -4,10 +4,15 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "libforkbox/error.hpp"
+#include "libforkbox/fd.hpp"
 #include "libforkbox/state.hpp"
 #include "oci/spec.hpp"
 
@@ -33,7 +38,10 @@ struct ContainerInfo {
 };
 
 // Creates the container and leaves init waiting on the exec fifo. Returns init's pid.
-Result<pid_t> create_container(const StateStore& store, const CreateOptions& options);
+// With process.terminal and no console socket, a foreground caller passes pty_master and
+// gets the pty's master side there.
+Result<pid_t> create_container(const StateStore& store, const CreateOptions& options,
+                               unique_fd* pty_master = nullptr);
 Result<void> start_container(const StateStore& store, const std::string& id);
 Result<void> kill_container(const StateStore& store, const std::string& id, int signal, bool all);
 // Freezes every process of a running container (its cgroup's freezer); "container not
@@ -60,6 +68,35 @@ struct RunOptions {
 // create + start + wait, forwarding signals; returns the container's exit code
 // (128 + N when killed by signal N), or 0 with detach.
 Result<int> run_container(const StateStore& store, const RunOptions& options);
+
+// `exec`: a new process in a running container. Either a whole process.json (--process)
+// or the container's own process with runc's per-field overrides.
+struct ExecOptions {
+    std::string id;
+    std::string process_file;  // "-" is stdin
+    std::vector<std::string> args;
+    std::vector<std::string> env;  // appended to the container's
+    std::optional<std::string> cwd;
+    std::optional<std::string> user;  // "uid[:gid]"
+    std::vector<uint32_t> additional_gids;
+    std::vector<std::string> caps;  // added to the bounding, effective, permitted and ambient sets
+    bool no_new_privs = false;
+    std::optional<bool> tty;
+    bool detach = false;
+    std::string pid_file;
+    std::string console_socket;
+    int preserve_fds = 0;
+    std::string process_label;  // SELinux
+    std::string apparmor;
+};
+
+// The process exec runs (pure): --process parsed, or `base` with the overrides applied.
+Result<oci::Process> exec_process(const oci::Process& base, const ExecOptions& options,
+                                  std::string_view process_json = {});
+
+// Runs the process in the container's namespaces, cgroups and seccomp filter. Returns its
+// exit code (128 + N when killed by signal N), or 0 with detach once it is running.
+Result<int> exec_container(const StateStore& store, const ExecOptions& options);
 
 // The state document hooks get on stdin (runtime.md "State"), with the given status.
 std::string hook_state_json(const ContainerState& s, const char* status);

@@ -21,6 +21,7 @@
 #include "libforkbox/seccomp.hpp"
 #include "libforkbox/sync.hpp"
 #include "libforkbox/syscalls.hpp"
+#include "libforkbox/terminal.hpp"
 #include "oci/json.hpp"
 #include "oci/parse.hpp"
 #include "oci/validate.hpp"
@@ -69,6 +70,15 @@ Result<LoadedConfig> load_bundle_config(const std::string& bundle) {
     return c;
 }
 
+// sd_listen_fds(3): sockets passed to forkbox by socket activation (fds 3..3+N-1).
+int activation_fds() {
+    const char* pid = std::getenv("LISTEN_PID");
+    const char* fds = std::getenv("LISTEN_FDS");
+    if (!pid || !fds || std::atol(pid) != ::getpid()) return 0;
+    int n = std::atoi(fds);
+    return n > 0 ? n : 0;
+}
+
 // Drives init from Go to Ready. Returns init's pid (the clone child, or the grandchild the
 // intermediate process forked).
 Result<pid_t> drive_init(pid_t child, int sync_fd, const Plan& plan, ContainerState& state,
@@ -111,18 +121,35 @@ Result<pid_t> drive_init(pid_t child, int sync_fd, const Plan& plan, ContainerSt
 
 }  // namespace
 
-Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt) {
+Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt, unique_fd* pty_master) {
     FB_TRY(validate_container_id(opt.id));
     FB_ASSIGN(std::string bundle, absolute_bundle(opt.bundle));
     FB_ASSIGN(LoadedConfig cfg, load_bundle_config(bundle));
     const oci::Spec& spec = cfg.spec;
-    if (spec.process && spec.process->terminal) {
-        if (opt.console_socket.empty())
-            return fail(EINVAL, "cannot allocate tty if forkbox will detach without setting console socket");
-        return fail(EOPNOTSUPP, "process.terminal: terminals are not supported yet");
-    }
+    bool terminal = spec.process && spec.process->terminal;
+    // Without a pty_master to fill, the container detaches from us: runc's rules apply.
+    if (!pty_master || !opt.console_socket.empty())
+        FB_TRY(check_console_options(terminal, true, opt.console_socket));
+    if (!terminal) pty_master = nullptr;
     FB_ASSIGN(Plan plan, make_plan(spec, PlanOptions{opt.id, bundle}));
     if (!spec.process || plan.process.args.empty()) return fail(EINVAL, "config.json: process.args must not be empty");
+    int preserve_fds = opt.preserve_fds;
+    // Socket activation of forkbox itself passes the sockets on, as runc does.
+    if (int listen = activation_fds(); listen > 0) {
+        preserve_fds += listen;
+        plan.process.env.push_back("LISTEN_FDS=" + std::to_string(listen));
+        plan.process.env.push_back("LISTEN_PID=1");
+    }
+    // The pty master goes to the manager's console socket, or to us for a foreground run.
+    unique_fd console_fd, console_peer;
+    if (terminal && pty_master) {
+        int sv[2];
+        if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return sys_error("console socketpair");
+        console_fd.reset(sv[0]);
+        console_peer.reset(sv[1]);
+    } else if (terminal) {
+        FB_ASSIGN(console_fd, connect_console_socket(opt.console_socket));
+    }
     // Compiled here, before clone: the child only hands the finished program to the kernel.
     std::optional<SeccompProgram> seccomp;
     if (spec.linux && spec.linux->seccomp) {
@@ -180,7 +207,8 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     args.lock_fd = dir.lock_fd();
     args.no_pivot = opt.no_pivot;
     args.new_keyring = !opt.no_new_keyring;
-    args.preserve_fds = opt.preserve_fds;
+    args.preserve_fds = preserve_fds;
+    args.console_fd = console_fd.get();
     args.intermediate = plan.needs_intermediate();
     if (seccomp) args.seccomp = &*seccomp;
 
@@ -198,6 +226,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     std::optional<ChildGuard> init_guard;
     // The child's end is the child's now: keeping a copy would hide its exit from recv().
     child_end.reset();
+    console_fd.reset();
     namespaces.clear();
 
     // Placement is done: clone3 put the child in the v2 cgroup, and it joins the v1
@@ -222,17 +251,9 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     if (!st) return fail(ESRCH, "container init exited during setup");
     state.pid_start_time = st->start_time;
     FB_TRY(dir.write_state(state));
-    if (!opt.pid_file.empty()) {
-        std::string pid_text = std::to_string(state.pid);
-        std::string pf = opt.pid_file;
-        std::string pdir = ".", pname = pf;
-        if (auto slash = pf.find_last_of('/'); slash != std::string::npos) {
-            pdir = slash == 0 ? "/" : pf.substr(0, slash);
-            pname = pf.substr(slash + 1);
-        }
-        unique_fd pdfd(::open(pdir.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
-        if (!pdfd) return sys_error("open pid file directory " + pdir);
-        FB_TRY_CTX(write_file_atomic(pdfd.get(), pname, pid_text, 0644), "pid file " + pf);
+    if (!opt.pid_file.empty()) FB_TRY(write_pid_file(opt.pid_file, state.pid));
+    if (pty_master) {
+        FB_ASSIGN(*pty_master, receive_console_master(console_peer.get()));
     }
     child_guard.dismiss();
     if (init_guard) init_guard->dismiss();

@@ -11,13 +11,13 @@
 
 #include <cstdio>
 
-#include "libforkbox/caps.hpp"
 #include "libforkbox/hooks.hpp"
 #include "libforkbox/process.hpp"
 #include "libforkbox/rootfs.hpp"
 #include "libforkbox/seccomp.hpp"
 #include "libforkbox/state.hpp"
 #include "libforkbox/sync.hpp"
+#include "libforkbox/terminal.hpp"
 #include "libforkbox/syscalls.hpp"
 
 namespace forkbox {
@@ -77,6 +77,8 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     } else if (plan.new_namespaces & CLONE_NEWUSER) {
         FB_TRY(map_user_namespace(a));
     }
+    // A session of its own, as runc gives every container process (and a terminal needs).
+    if (::setsid() < 0) return sys_error("setsid");
     bool in_userns = (plan.new_namespaces & CLONE_NEWUSER) != 0;
     for (const auto& j : plan.joins) in_userns |= j.clone_flag == CLONE_NEWUSER;
 
@@ -111,6 +113,11 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     FB_TRY(finalize_rootfs(ctx));
 
     const oci::Process& proc = plan.process;
+    if (proc.terminal) {
+        FB_TRY(setup_console(a.console_fd, proc.console_size, proc.user.uid, proc.user.gid));
+        ::close(a.console_fd);
+        a.console_fd = -1;
+    }
     FB_TRY(apply_rlimits(proc.rlimits));
     if (proc.oom_score_adj) FB_TRY(set_oom_score_adj(*proc.oom_score_adj));
     if (::chdir(proc.cwd.c_str()) < 0) return sys_error("chdir to cwd " + proc.cwd);
@@ -120,18 +127,8 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     // filter sees as few of the runtime's own syscalls as possible.
     if (a.seccomp && !proc.no_new_privileges) FB_TRY(load_seccomp(*a.seccomp));
 
-    // No process.capabilities means none at all, as in runc (not "keep the host's").
-    CapabilitySets caps;
-    if (proc.capabilities) {
-        FB_ASSIGN(caps, capability_sets(*proc.capabilities));
-    }
-    FB_TRY(drop_bounding_set(caps.bounding));
-    // Keep permitted capabilities across the uid change; apply_capabilities sets them.
-    if (::prctl(PR_SET_KEEPCAPS, 1) < 0) return sys_error("prctl keepcaps");
-    FB_TRY(set_credentials(proc.user));
-    if (::prctl(PR_SET_KEEPCAPS, 0) < 0) return sys_error("prctl keepcaps");
-    FB_TRY(apply_capabilities(caps));
-    ::umask(proc.user.umask.value_or(022));
+    give_stdio_to(proc.user.uid, proc.user.gid);
+    FB_TRY(assume_identity(proc));
 
     if (proc.args.empty()) return fail(EINVAL, "process.args must not be empty");
     std::vector<std::string> env = with_home(proc.env, proc.user.uid);

@@ -23,6 +23,7 @@ struct InitArgs {
     bool no_pivot = false;
     bool new_keyring = true;  // a fresh session keyring, named after the container (runc's default)
     int preserve_fds = 0;
+    int console_fd = -1;  // connected console socket when process.terminal
     bool intermediate = false;  // this process joins namespaces and forks init itself
     const SeccompProgram* seccomp = nullptr;  // compiled by the parent; null without linux.seccomp
 };

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <string_view>
 #include <cstring>
 
+#include "libforkbox/caps.hpp"
 #include "oci/linux_names.hpp"
 
 namespace forkbox {
@@ -68,6 +70,30 @@ Result<void> set_credentials(const oci::User& user) {
     if (::setresgid(user.gid, user.gid, user.gid) < 0) return sys_error("setgid " + std::to_string(user.gid));
     if (::setresuid(user.uid, user.uid, user.uid) < 0) return sys_error("setuid " + std::to_string(user.uid));
     return {};
+}
+
+Result<void> assume_identity(const oci::Process& proc) {
+    CapabilitySets caps;
+    if (proc.capabilities) {
+        FB_ASSIGN(caps, capability_sets(*proc.capabilities));
+    }
+    FB_TRY(drop_bounding_set(caps.bounding));
+    // Keep permitted capabilities across the uid change; apply_capabilities sets them.
+    if (::prctl(PR_SET_KEEPCAPS, 1) < 0) return sys_error("prctl keepcaps");
+    FB_TRY(set_credentials(proc.user));
+    if (::prctl(PR_SET_KEEPCAPS, 0) < 0) return sys_error("prctl keepcaps");
+    FB_TRY(apply_capabilities(caps));
+    ::umask(proc.user.umask.value_or(022));
+    return {};
+}
+
+void give_stdio_to(uid_t uid, gid_t gid) {
+    for (int fd = 0; fd <= 2; ++fd) {
+        struct stat st;
+        if (::fstat(fd, &st) < 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) continue;
+        if (st.st_uid == uid && st.st_gid == gid) continue;
+        (void)::fchown(fd, uid, gid);  // best effort: EPERM in a user namespace is fine
+    }
 }
 
 Result<void> become_namespace_root() {

@@ -12,6 +12,13 @@ namespace forkbox {
 // setgroups, setresgid, setresuid from process.user.
 Result<void> set_credentials(const oci::User& user);
 
+// The process's capabilities and credentials, in the order that works: bounding set,
+// uid/gid change keeping permitted caps, then effective/permitted/inheritable/ambient;
+// then the umask. No process.capabilities means none at all, as in runc.
+Result<void> assume_identity(const oci::Process& process);
+// Hands stdio pipes and sockets to the process's user, so it can reopen /proc/self/fd/N
+// (runc does this). Terminals and files are left alone: they may be the caller's.
+void give_stdio_to(uid_t uid, gid_t gid);
 // Inside a fresh user namespace: become its root (uid/gid 0), once the maps exist.
 Result<void> become_namespace_root();
 

@@ -14,6 +14,18 @@
 
 namespace forkbox {
 
+Result<void> write_pid_file(const std::string& path, pid_t pid) {
+    std::string dir = ".", name = path;
+    if (auto slash = path.find_last_of('/'); slash != std::string::npos) {
+        dir = slash == 0 ? "/" : path.substr(0, slash);
+        name = path.substr(slash + 1);
+    }
+    unique_fd dfd(::open(dir.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
+    if (!dfd) return sys_error("open pid file directory " + dir);
+    FB_TRY_CTX(write_file_atomic(dfd.get(), name, std::to_string(pid), 0644), "pid file " + path);
+    return {};
+}
+
 std::string rfc3339_now() {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -143,7 +155,6 @@ Result<void> write_file_atomic(int dirfd, const std::string& name, std::string_v
     return {};
 }
 
-namespace {
 Result<std::string> read_all(int fd, const std::string& what) {
     std::string out;
     char buf[8192];
@@ -158,7 +169,6 @@ Result<std::string> read_all(int fd, const std::string& what) {
     }
     return out;
 }
-}  // namespace
 
 Result<std::string> read_file(const std::string& path) {
     unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));

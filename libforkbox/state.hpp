@@ -87,7 +87,12 @@ private:
 // Atomic file replacement: write to a temp file beside it, then rename over the target.
 Result<void> write_file_atomic(int dirfd, const std::string& name, std::string_view data, mode_t mode);
 Result<std::string> read_file(const std::string& path);
+// Reads fd to its end; `what` names it in errors.
+Result<std::string> read_all(int fd, const std::string& what);
 Result<std::string> read_file_at(int dirfd, const std::string& name);
+
+// --pid-file: the pid as text, replaced atomically (a relative path is from the cwd).
+Result<void> write_pid_file(const std::string& path, pid_t pid);
 
 // Now as RFC 3339 with nanoseconds in UTC ("2026-12-01T03:44:33.123456789Z").
 std::string rfc3339_now();

@@ -1,0 +1,122 @@
+#include "libforkbox/terminal.hpp"
+
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace forkbox {
+
+Result<void> check_console_options(bool terminal, bool detach, const std::string& console_socket) {
+    if (detach && terminal && console_socket.empty())
+        return fail(EINVAL, "cannot allocate tty if forkbox will detach without setting console socket");
+    if ((!detach || !terminal) && !console_socket.empty())
+        return fail(EINVAL, "cannot use console socket if forkbox will not detach or allocate tty");
+    return {};
+}
+
+Result<unique_fd> connect_console_socket(const std::string& path) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (path.empty() || path.size() >= sizeof addr.sun_path)
+        return fail(ENAMETOOLONG, "console socket path " + path + " is empty or too long");
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    unique_fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) return sys_error("console socket");
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0)
+        return sys_error("connect to console socket " + path);
+    return fd;
+}
+
+Result<void> setup_console(int socket_fd, const std::optional<oci::ConsoleSize>& size, uid_t uid, gid_t gid) {
+    // The container's own devpts instance (/dev/ptmx -> pts/ptmx in its rootfs).
+    unique_fd master(::open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC));
+    if (!master) return sys_error("open /dev/ptmx");
+    int unlock = 0;
+    if (::ioctl(master.get(), TIOCSPTLCK, &unlock) < 0) return sys_error("unlock pty");
+    unsigned index = 0;
+    if (::ioctl(master.get(), TIOCGPTN, &index) < 0) return sys_error("pty number");
+    // TIOCGPTPEER opens the slave from the master, not by a path the image controls.
+    unique_fd slave(::ioctl(master.get(), TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC));
+    if (!slave) return sys_error("open pty slave");
+    if (size && (size->width || size->height)) {
+        winsize ws{};
+        ws.ws_row = static_cast<unsigned short>(size->height);
+        ws.ws_col = static_cast<unsigned short>(size->width);
+        if (::ioctl(master.get(), TIOCSWINSZ, &ws) < 0) return sys_error("set console size");
+    }
+    // The process owns its terminal (it may not be root); EPERM in odd user namespaces is fine.
+    if (::fchown(slave.get(), uid, gid) < 0 && errno != EPERM && errno != EINVAL)
+        return sys_error("chown pty slave");
+
+    char name[32];
+    int name_len = std::snprintf(name, sizeof name, "/dev/pts/%u", index);
+    iovec iov{name, static_cast<size_t>(name_len)};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    int mfd = master.get();
+    std::memcpy(CMSG_DATA(cm), &mfd, sizeof mfd);
+    ssize_t n;
+    do n = ::sendmsg(socket_fd, &msg, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) return sys_error("send pty master to console socket");
+    master.reset();
+
+    for (int target = 0; target <= 2; ++target)
+        if (::dup3(slave.get(), target, 0) < 0) return sys_error("dup pty slave to stdio");
+    if (::ioctl(0, TIOCSCTTY, 0) < 0) return sys_error("make the pty the controlling terminal");
+    return {};
+}
+
+Result<unique_fd> receive_console_master(int socket_fd) {
+    char name[64];
+    iovec iov{name, sizeof name};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    ssize_t n;
+    do n = ::recvmsg(socket_fd, &msg, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) return sys_error("receive pty master");
+    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(sizeof(int)))
+        return fail(EPROTO, "console: no pty master received");
+    int fd;
+    std::memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+    return unique_fd(fd);
+}
+
+RawTerminal::RawTerminal(int fd) {
+    if (!::isatty(fd) || ::tcgetattr(fd, &saved_) < 0) return;
+    struct termios raw = saved_;
+    ::cfmakeraw(&raw);
+    if (::tcsetattr(fd, TCSANOW, &raw) == 0) {
+        fd_ = fd;
+        active_ = true;
+    }
+}
+
+RawTerminal::~RawTerminal() {
+    if (active_) ::tcsetattr(fd_, TCSANOW, &saved_);
+}
+
+void copy_window_size(int from, int to) {
+    winsize ws{};
+    if (::ioctl(from, TIOCGWINSZ, &ws) == 0 && ws.ws_row && ws.ws_col) ::ioctl(to, TIOCSWINSZ, &ws);
+}
+
+}  // namespace forkbox
