@@ -423,13 +423,13 @@ ctr_cgroup() {
 	assert_output "50000
 100000
 512"
-	# podman update goes through the runtime's update.
-	run pm update --memory 80m --pids-limit 60 limits
-	if [[ $status -eq 0 ]]; then
-		run cat "$mem/memory.limit_in_bytes" "$pids/pids.max"
-		assert_output "$((80 << 20))
-60"
-	fi
+	# podman update calls the runtime's `update --resources=FILE`.
+	run pm update --memory 80m --memory-swap 160m --cpus 0.25 limits
+	assert_success
+	run cat "$mem/memory.limit_in_bytes" "$mem/memory.memsw.limit_in_bytes" "$cpu/cpu.cfs_quota_us"
+	assert_output "$((80 << 20))
+$((160 << 20))
+25000"
 }
 
 @test "--pids-limit stops forks inside the container" {
@@ -622,6 +622,51 @@ ctr_cgroup() {
 	assert_line --index 1 --regexp '^ +0 +200000 +65536$'
 	assert_line --index 2 0
 	assert_line --index 3 0
+}
+
+@test "a pod: the infra container's net, ipc and uts namespaces are joined by its members" {
+	# podman 4.3 builds its pause image locally from catatonit: no registry needed.
+	run pm pod create --name fbpod --hostname podhost
+	assert_success
+	run pm run -d --pod fbpod --name member1 "$PM_IMAGE" sleep 100
+	assert_success
+	run pm run -d --pod fbpod --name member2 "$PM_IMAGE" sleep 100
+	assert_success
+	local infra p0 p1 p2 ns
+	infra=$(pm pod inspect --format '{{.InfraContainerID}}' fbpod)
+	p0=$(pm_field "$infra" '{{.State.Pid}}')
+	p1=$(pm_field member1 '{{.State.Pid}}')
+	p2=$(pm_field member2 '{{.State.Pid}}')
+	for ns in net ipc uts; do
+		[[ $(readlink "/proc/$p1/ns/$ns") == "$(readlink "/proc/$p0/ns/$ns")" ]] || fail "member1 has its own $ns namespace"
+		[[ $(readlink "/proc/$p2/ns/$ns") == "$(readlink "/proc/$p0/ns/$ns")" ]] || fail "member2 has its own $ns namespace"
+	done
+	[[ $(readlink "/proc/$p1/ns/mnt") != "$(readlink "/proc/$p2/ns/mnt")" ]] || fail "members share a mount namespace"
+	run pm exec member1 hostname
+	assert_output podhost
+	run pm pod rm --force --time 0 fbpod
+	assert_success
+}
+
+@test "--privileged, --network host, --cgroupns private and --oom-score-adj" {
+	# Privileged: no seccomp, every capability the host allows, the host's devices (the
+	# first loop device stands for them) and writable /sys.
+	local loopdev
+	loopdev=$(ls /dev/loop[0-9]* 2>/dev/null | head -n 1)
+	run pm run --rm --privileged "$PM_IMAGE" sh -c "fbhelper status-field Seccomp; fbhelper status-field CapBnd; test -b '${loopdev:-/dev/null}' && echo has-loop; grep ' /sys ' /proc/mounts"
+	assert_success
+	assert_line --index 0 0
+	assert_line --index 1 "$(awk '/^CapBnd:/ {print $2}' /proc/self/status)"
+	[[ -z $loopdev ]] || assert_line --index 2 has-loop
+	assert_line --regexp '^sysfs /sys sysfs rw,'
+	run pm run --rm "$PM_IMAGE" grep ' /sys ' /proc/mounts
+	assert_output --regexp '^sysfs /sys sysfs ro,'
+	run pm run --rm --network host "$PM_IMAGE" readlink /proc/self/ns/net
+	assert_output "$(readlink /proc/self/ns/net)"
+	run pm run --rm --cgroupns private "$PM_IMAGE" sh -c 'grep memory /proc/self/cgroup'
+	assert_output --regexp '^[0-9]+:memory:/$'
+	run pm run --rm --oom-score-adj 500 "$PM_IMAGE" fbhelper oom-score-adj
+	assert_output 500
 }
 
 @test "--ipc and --uts private by default, host on request" {
