@@ -250,6 +250,16 @@ ctr_cgroup() {
 	assert_output --partial got-42
 }
 
+@test "attach to a detached -it container: its terminal, input and exit code" {
+	command -v script >/dev/null || skip "script (bsdutils) is not installed"
+	run pm run -d -it --name attachable "$PM_IMAGE" sh
+	assert_success
+	run bash -c "printf 'echo attached-\$((2+3)); exit 3\n' | script -qec '$(pm_cmd) attach attachable' /dev/null" 3>&- 4>&-
+	assert_success
+	assert_output --partial attached-5
+	wait_for_field attachable '{{.State.Status}} {{.State.ExitCode}}' "exited 3"
+}
+
 # ---------------------------------------------------------------------------------------
 # process settings
 
@@ -263,6 +273,19 @@ ctr_cgroup() {
 	assert_output "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin 0 / /root"
 	run pm run --rm --group-add 44 --user 7 "$PM_IMAGE" fbhelper id
 	assert_output "uid=7 gid=0 groups=0,44"
+}
+
+@test "container processes start with default signal dispositions, though conmon ignores SIGPIPE" {
+	run --separate-stderr pm run --rm "$PM_IMAGE" sh -c 'fbhelper status-field SigIgn; trap "echo trapped" PIPE; kill -PIPE $$; yes | head -n 1'
+	assert_success
+	assert_line --index 0 0000000000000000
+	assert_line --index 1 trapped
+	assert_line --index 2 y
+	[[ -z $stderr ]] || fail "stderr: $stderr"
+	run pm run -d --name sigs "$PM_IMAGE" sleep 100
+	assert_success
+	run pm exec sigs fbhelper status-field SigIgn
+	assert_output 0000000000000000
 }
 
 @test "--hostname sets the uts hostname and /etc/hostname" {
