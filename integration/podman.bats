@@ -615,6 +615,19 @@ $((160 << 20))
 1"
 }
 
+@test "--rootfs runs a directory without an image, writable or through an overlay (:O)" {
+	local dir=$BATS_TEST_TMPDIR/rootfs
+	cp -a "$(base_rootfs)" "$dir"
+	run pm run --rm --rootfs "$dir" sh -c 'echo written >/marker; cat /marker'
+	assert_success
+	assert_output written
+	[[ -f $dir/marker ]] || fail "the write did not reach the directory"
+	run pm run --rm --rootfs "$dir:O" sh -c 'echo layered >/layered; cat /layered'
+	assert_success
+	assert_output layered
+	[[ ! -e $dir/layered ]] || fail "the overlay's write reached the directory"
+}
+
 # ---------------------------------------------------------------------------------------
 # namespaces
 
