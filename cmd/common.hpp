@@ -64,6 +64,7 @@ int cmd_pause(const Globals&, const std::vector<std::string>&);
 int cmd_resume(const Globals&, const std::vector<std::string>&);
 int cmd_ps(const Globals&, const std::vector<std::string>&);
 int cmd_exec(const Globals&, const std::vector<std::string>&);
+int cmd_events(const Globals&, const std::vector<std::string>&);
 
 // Thrown for usage errors inside verbs (caught in main, exit 1).
 struct UsageError : std::runtime_error {

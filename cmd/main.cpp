@@ -24,6 +24,7 @@ Commands:
   create     create a container
   start      start the process of a created container
   run        create and start a container, and wait for it
+  exec       run a new process inside a running container
   state      print the state of a container
   kill       send a signal to a container's init (or every process with --all)
   pause      suspend every process of a running container
@@ -34,6 +35,7 @@ Commands:
   spec       write a default config.json
   features   print the runtime-spec features this runtime applies
   update     change the cgroup limits of a container
+  events     print a container's resource usage and OOM events
 
 Global options:
   --root DIR               state directory (default /run/forkbox)
@@ -133,10 +135,10 @@ int main(int argc, char** argv) {
         {"state", cmd_state},   {"kill", cmd_kill},     {"delete", cmd_delete},
         {"list", cmd_list},     {"spec", cmd_spec},     {"features", cmd_features},
         {"pause", cmd_pause},   {"resume", cmd_resume}, {"ps", cmd_ps},
-        {"update", cmd_update}, {"exec", cmd_exec},
+        {"update", cmd_update}, {"exec", cmd_exec},     {"events", cmd_events},
     };
     // runc verbs that later issues build: fail loudly rather than pretend.
-    static const char* not_yet[] = {"events", "checkpoint", "restore"};
+    static const char* not_yet[] = {"checkpoint", "restore"};
     auto it = verbs.find(verb);
     if (it == verbs.end()) {
         for (const char* n : not_yet)

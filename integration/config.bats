@@ -1040,3 +1040,11 @@ failing_hook_leaves_nothing() {
 	assert_success
 	refute_line --regexp "keyring +_ses\.$CID-shared: "
 }
+
+@test "a new network namespace has its loopback interface up (as runc)" {
+	set_args /bin/fbhelper read /sys/class/net/lo/flags
+	run runtime run --bundle "$BUNDLE" "$CID"
+	assert_success
+	# IFF_UP (0x1) | IFF_LOOPBACK (0x8); RUNNING (0x40) follows once the kernel agrees.
+	(( ($output & 0x9) == 0x9 )) || fail "lo flags $output"
+}

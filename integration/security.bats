@@ -113,3 +113,29 @@ load helpers
 	run stat -c %u "/proc/$pid/environ"
 	assert_output 0
 }
+
+@test "exec --cwd through a leaked fd (/proc/self/fd/N) never lands outside the rootfs (CVE-2024-21626)" {
+	setup_bundle /bin/fbhelper sleep 100
+	run_detached "$CID"
+	wait_for_status "$CID" running
+	local n
+	for n in $(seq 3 20); do
+		run runtime exec --cwd "/proc/self/fd/$n" "$CID" /bin/fbhelper cwd
+		if [[ $status -eq 0 ]]; then
+			# Whatever it reached must be inside the container: a path from its own root.
+			[[ $output == /* && $output != *unreachable* ]] || fail "fd $n: cwd $output is outside the rootfs"
+		fi
+	done
+}
+
+@test "a process.cwd through a leaked fd (/proc/self/fd/N) never lands outside the rootfs (CVE-2024-21626)" {
+	local n
+	for n in 3 4 5 6 7 8; do
+		setup_bundle /bin/fbhelper cwd
+		update_config ".process.cwd = \"/proc/self/fd/$n\""
+		run runtime run --bundle "$BUNDLE" "$CID-$n"
+		if [[ $status -eq 0 ]]; then
+			[[ $output == /* && $output != *unreachable* ]] || fail "fd $n: cwd $output is outside the rootfs"
+		fi
+	done
+}

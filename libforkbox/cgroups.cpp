@@ -85,13 +85,45 @@ Result<CgroupLayout> detect_cgroup_layout() {
     return parse_cgroup_layout(text);
 }
 
-namespace {
-bool has_controller(const std::string& controllers, std::string_view name) {
-    for (auto c : split(controllers, ','))
-        if (c == name) return true;
+bool hierarchy_has(const CgroupHierarchy& h, std::string_view controller) {
+    if (h.unified) return false;
+    for (auto c : split(h.controllers, ','))
+        if (c == controller) return true;
     return false;
 }
 
+namespace {
+bool under(const std::string& dir, const std::string& mountpoint) {
+    return dir == mountpoint || (dir.size() > mountpoint.size() && dir.starts_with(mountpoint) &&
+                                 (mountpoint.ends_with('/') || dir[mountpoint.size()] == '/'));
+}
+}  // namespace
+
+std::optional<std::string> cgroup_dir_in(const CgroupLayout& layout, const CgroupHierarchy& h,
+                                         const std::vector<std::string>& dirs) {
+    for (const auto& d : dirs) {
+        if (!under(d, h.mountpoint)) continue;
+        bool deeper = false;
+        for (const auto& other : layout.hierarchies)
+            if (&other != &h && other.mountpoint.size() > h.mountpoint.size() && under(d, other.mountpoint))
+                deeper = true;
+        if (!deeper) return d;
+    }
+    return std::nullopt;
+}
+
+std::optional<ControllerDir> controller_dir(const CgroupLayout& layout, const std::vector<std::string>& dirs,
+                                            std::string_view controller) {
+    for (const auto& h : layout.hierarchies) {
+        if (!hierarchy_has(h, controller)) continue;
+        if (auto d = cgroup_dir_in(layout, h, dirs)) return ControllerDir{*d, false};
+    }
+    if (const auto* u = layout.unified())
+        if (auto d = cgroup_dir_in(layout, *u, dirs)) return ControllerDir{*d, true};
+    return std::nullopt;
+}
+
+namespace {
 // A new v1 cpuset starts with empty cpus and mems, and attaching a task to it fails with
 // ENOSPC: copy the parent's values first, as runc does.
 Result<void> inherit_cpuset(const std::string& dir) {
@@ -116,7 +148,7 @@ CgroupPlacement::~CgroupPlacement() {
 Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::string& path) {
     CgroupPlacement p;
     for (const auto& h : layout.hierarchies) {
-        bool is_cpuset = !h.unified && has_controller(h.controllers, "cpuset");
+        bool is_cpuset = hierarchy_has(h, "cpuset");
         std::string dir = h.mountpoint;
         size_t i = 1;
         while (i <= path.size()) {

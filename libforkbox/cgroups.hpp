@@ -4,7 +4,9 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "libforkbox/error.hpp"
@@ -25,6 +27,25 @@ struct CgroupLayout {
     std::vector<CgroupHierarchy> hierarchies;
     const CgroupHierarchy* unified() const;
 };
+
+// True when h is a v1 hierarchy mounted with `controller` ("memory", "cpuacct", "name=systemd").
+bool hierarchy_has(const CgroupHierarchy& h, std::string_view controller);
+
+// The dir among a container's cgroup dirs that lies in hierarchy h (pure). The longest
+// mountpoint wins, so a v1 mount below a v2 one (/sys/fs/cgroup/memory under /sys/fs/cgroup)
+// is not mistaken for it.
+std::optional<std::string> cgroup_dir_in(const CgroupLayout& layout, const CgroupHierarchy& h,
+                                         const std::vector<std::string>& dirs);
+
+// Where a controller's files are for a container (pure): its dir in the v1 hierarchy mounted
+// with `controller`, else its dir in the v2 hierarchy (whose files then exist only when the
+// controller is enabled there); nullopt when it has neither.
+struct ControllerDir {
+    std::string dir;
+    bool unified = false;
+};
+std::optional<ControllerDir> controller_dir(const CgroupLayout& layout, const std::vector<std::string>& dirs,
+                                            std::string_view controller);
 
 // Parses mountinfo text (pure, unit-tested).
 CgroupLayout parse_cgroup_layout(std::string_view mountinfo);

@@ -49,6 +49,20 @@ void add_caps(std::vector<std::string>& set, const std::vector<std::string>& cap
         if (std::find(set.begin(), set.end(), c) == set.end()) set.push_back(c);
 }
 
+// Closes every fd from `first` up except those in `keep` (negative entries are ignored).
+void close_fds_except(int first, std::initializer_list<int> keep) {
+    std::vector<int> kept;
+    for (int fd : keep)
+        if (fd >= first) kept.push_back(fd);
+    std::sort(kept.begin(), kept.end());
+    unsigned from = static_cast<unsigned>(first);
+    for (int fd : kept) {
+        if (static_cast<unsigned>(fd) > from) sys::close_range(from, static_cast<unsigned>(fd) - 1, 0);
+        from = static_cast<unsigned>(fd) + 1;
+    }
+    sys::close_range(from, ~0U, 0);
+}
+
 struct ExecChild {
     const oci::Process* process = nullptr;
     int pidfd = -1;
@@ -72,6 +86,9 @@ Result<void> run_exec_child(ExecChild& a) {
     FB_TRY(join_v1_cgroups(a.cgroup_task_fds));
     if (a.ns_flags && ::setns(a.pidfd, a.ns_flags) < 0) return sys_error("join the container's namespaces");
     if (a.root_fd >= 0 && (::fchdir(a.root_fd) < 0 || ::chroot(".") < 0)) return sys_error("enter container root");
+    // Host fds (the state dir, cgroup files, the pidfd) have done their job: none may be
+    // reachable through /proc/self/fd from here on. Keep the preserved range and our sockets.
+    close_fds_except(3 + a.preserve_fds, {a.sync_fd, a.console_fd});
     if (::setsid() < 0) return sys_error("setsid");
     if (!a.keyring.empty() && ::syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, a.keyring.c_str()) < 0 &&
         errno != ENOSYS && errno != EACCES && errno != EPERM)
@@ -80,7 +97,7 @@ Result<void> run_exec_child(ExecChild& a) {
     if (proc.terminal) FB_TRY(setup_console(a.console_fd, proc.console_size, proc.user.uid, proc.user.gid));
     FB_TRY(apply_rlimits(proc.rlimits));
     if (proc.oom_score_adj) FB_TRY(set_oom_score_adj(*proc.oom_score_adj));
-    if (::chdir(proc.cwd.c_str()) < 0) return sys_error("chdir to cwd " + proc.cwd);
+    FB_TRY(enter_cwd(proc.cwd));
     if (a.seccomp && !proc.no_new_privileges) FB_TRY(load_seccomp(*a.seccomp));
     give_stdio_to(proc.user.uid, proc.user.gid);
     FB_TRY(assume_identity(proc));

@@ -13,37 +13,6 @@ namespace forkbox {
 
 namespace {
 
-bool has_controller(std::string_view controllers, std::string_view name) {
-    size_t i = 0;
-    while (i <= controllers.size()) {
-        size_t j = controllers.find(',', i);
-        if (j == std::string_view::npos) j = controllers.size();
-        if (controllers.substr(i, j - i) == name) return true;
-        i = j + 1;
-    }
-    return false;
-}
-
-bool under(const std::string& dir, const std::string& mountpoint) {
-    return dir == mountpoint || (dir.size() > mountpoint.size() && dir.starts_with(mountpoint) &&
-                                 (mountpoint.ends_with('/') || dir[mountpoint.size()] == '/'));
-}
-
-// The dir in cgroup_dirs under hierarchy h; the longest mountpoint wins, so a v1 mount
-// below a v2 one (/sys/fs/cgroup/freezer under /sys/fs/cgroup) is not mistaken for it.
-std::optional<std::string> dir_in(const CgroupLayout& layout, const CgroupHierarchy& h,
-                                  const std::vector<std::string>& dirs) {
-    for (const auto& d : dirs) {
-        if (!under(d, h.mountpoint)) continue;
-        bool deeper = false;
-        for (const auto& other : layout.hierarchies)
-            if (&other != &h && other.mountpoint.size() > h.mountpoint.size() && under(d, other.mountpoint))
-                deeper = true;
-        if (!deeper) return d;
-    }
-    return std::nullopt;
-}
-
 Result<void> write_value(const std::string& path, std::string_view value) {
     unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
     if (!fd) return sys_error("open " + path);
@@ -82,13 +51,9 @@ Result<void> set_frozen(const Freezer& f, bool frozen) {
 }  // namespace
 
 Freezer find_freezer(const CgroupLayout& layout, const std::vector<std::string>& cgroup_dirs) {
-    for (const auto& h : layout.hierarchies) {
-        if (h.unified || !has_controller(h.controllers, "freezer")) continue;
-        if (auto d = dir_in(layout, h, cgroup_dirs)) return {Freezer::Kind::V1, *d};
-    }
-    if (const auto* h = layout.unified())
-        if (auto d = dir_in(layout, *h, cgroup_dirs)) return {Freezer::Kind::V2, *d};
-    return {};
+    auto d = controller_dir(layout, cgroup_dirs, "freezer");
+    if (!d) return {};
+    return {d->unified ? Freezer::Kind::V2 : Freezer::Kind::V1, d->dir};
 }
 
 Result<Freezer> container_freezer(const std::vector<std::string>& cgroup_dirs) {

@@ -93,6 +93,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     if ((plan.new_namespaces & CLONE_NEWCGROUP) && ::unshare(CLONE_NEWCGROUP) < 0)
         return sys_error("unshare cgroup namespace");
     if (plan.new_namespaces & CLONE_NEWTIME) FB_TRY(enter_new_time_namespace(plan.time_offsets));
+    if (plan.new_namespaces & CLONE_NEWNET) FB_TRY(bring_up_loopback());
     if (plan.set_hostname) FB_TRY(set_hostname(plan.hostname));
     if (plan.set_domainname) FB_TRY(set_domainname(plan.domainname));
 
@@ -120,7 +121,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     }
     FB_TRY(apply_rlimits(proc.rlimits));
     if (proc.oom_score_adj) FB_TRY(set_oom_score_adj(*proc.oom_score_adj));
-    if (::chdir(proc.cwd.c_str()) < 0) return sys_error("chdir to cwd " + proc.cwd);
+    FB_TRY(enter_cwd(proc.cwd));
 
     // Without no_new_privs, installing a filter needs CAP_SYS_ADMIN: load it while init still
     // has every capability, as runc does. With it, wait until just before execve, so that the

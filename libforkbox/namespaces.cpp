@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <linux/nsfs.h>
+#include <net/if.h>
 #include <sched.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -91,6 +93,17 @@ Result<void> enter_new_time_namespace(const std::vector<std::pair<std::string, o
     unique_fd ns(::open("/proc/self/ns/time_for_children", O_RDONLY | O_CLOEXEC));
     if (!ns) return sys_error("open time_for_children");
     if (::setns(ns.get(), CLONE_NEWTIME) < 0) return sys_error("enter time namespace");
+    return {};
+}
+
+Result<void> bring_up_loopback() {
+    unique_fd sock(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!sock) return sys_error("socket for loopback setup");
+    ifreq ifr{};
+    std::memcpy(ifr.ifr_name, "lo", 3);
+    if (::ioctl(sock.get(), SIOCGIFFLAGS, &ifr) < 0) return sys_error("get lo flags");
+    ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
+    if (::ioctl(sock.get(), SIOCSIFFLAGS, &ifr) < 0) return sys_error("set lo up");
     return {};
 }
 

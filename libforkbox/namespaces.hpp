@@ -36,6 +36,9 @@ std::string format_id_mappings(const std::vector<oci::IdMapping>& maps);
 // unshare(CLONE_NEWTIME), write the offsets, and move this process into the new namespace.
 Result<void> enter_new_time_namespace(const std::vector<std::pair<std::string, oci::TimeOffset>>& offsets);
 
+// Sets lo up in the current (new) network namespace, as runc does for a namespace it creates.
+Result<void> bring_up_loopback();
+
 Result<void> set_hostname(const std::string& name);
 Result<void> set_domainname(const std::string& name);
 

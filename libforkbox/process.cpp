@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <climits>
 #include <cstdio>
 #include <string_view>
 #include <cstring>
@@ -84,6 +85,16 @@ Result<void> assume_identity(const oci::Process& proc) {
     if (::prctl(PR_SET_KEEPCAPS, 0) < 0) return sys_error("prctl keepcaps");
     FB_TRY(apply_capabilities(caps));
     ::umask(proc.user.umask.value_or(022));
+    return {};
+}
+
+Result<void> enter_cwd(const std::string& cwd) {
+    if (::chdir(cwd.c_str()) < 0) return sys_error("chdir to cwd " + cwd);
+    // getcwd fails with ENOENT when the cwd is not reachable from our root.
+    char buf[PATH_MAX];
+    const char* got = ::getcwd(buf, sizeof buf);
+    if ((!got && errno == ENOENT) || (got && got[0] != '/'))
+        return fail(EPERM, "cwd " + cwd + " is outside the container's root");
     return {};
 }
 

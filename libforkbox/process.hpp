@@ -16,6 +16,9 @@ Result<void> set_credentials(const oci::User& user);
 // uid/gid change keeping permitted caps, then effective/permitted/inheritable/ambient;
 // then the umask. No process.capabilities means none at all, as in runc.
 Result<void> assume_identity(const oci::Process& process);
+// chdir to the process's cwd, then checks the result is inside the root: a cwd reached
+// through a leaked host fd (/proc/self/fd/N, CVE-2024-21626) is outside it.
+Result<void> enter_cwd(const std::string& cwd);
 // Hands stdio pipes and sockets to the process's user, so it can reopen /proc/self/fd/N
 // (runc does this). Terminals and files are left alone: they may be the caller's.
 void give_stdio_to(uid_t uid, gid_t gid);
