@@ -531,15 +531,22 @@ $((160 << 20))
 		{
 			"defaultAction": "SCMP_ACT_ALLOW",
 			"syscalls": [
-				{ "names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 13 }
+				{ "names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 13 },
+				{ "names": ["fchmodat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1,
+				  "args": [{ "index": 2, "value": 511, "op": "SCMP_CMP_EQ" }] },
+				{ "names": ["chmod"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1,
+				  "args": [{ "index": 1, "value": 511, "op": "SCMP_CMP_EQ" }] }
 			]
 		}
 	EOF
 	run pm run --rm --security-opt "seccomp=$BATS_TEST_TMPDIR/seccomp.json" "$PM_IMAGE" \
-		sh -c 'mkdir /tmp/d 2>&1; touch /tmp/f && echo touched'
+		sh -c 'mkdir /tmp/d 2>&1; touch /tmp/f && echo touched; chmod 755 /tmp/f && echo 755; chmod 777 /tmp/f 2>&1; true'
 	assert_success
 	assert_line --index 0 --partial "Permission denied"
 	assert_line --index 1 touched
+	# A rule with an argument condition: only mode 0777 is refused.
+	assert_line --index 2 755
+	assert_line --index 3 --partial "Operation not permitted"
 	run pm run --rm "$PM_IMAGE" sh -c 'mkdir /tmp/d && echo made'
 	assert_output made
 }
