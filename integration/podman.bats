@@ -608,6 +608,15 @@ $((160 << 20))
 	assert_output --partial "Operation not permitted"
 }
 
+@test "--personality LINUX32 sets the execution domain" {
+	skip_if_runc "runc 1.1 ignores linux.personality (1.2 applies it)"
+	run pm run --rm --personality LINUX32 "$PM_IMAGE" uname -m
+	assert_success
+	assert_output --regexp '^i[3-6]86$'
+	run pm run --rm "$PM_IMAGE" uname -m
+	assert_output "$(uname -m)"
+}
+
 @test "--ulimit sets rlimits" {
 	# nproc too: with any --ulimit, podman drops default_ulimits and asks for nproc
 	# 1048576, above this machine's hard limit.
