@@ -35,6 +35,9 @@ DEB_PACKAGES := build-essential pkg-config git libseccomp-dev libyajl-dev libcap
 # integration/podman.bats: podman (with conmon and catatonit for --init) drives forkbox;
 # bsdutils' `script` gives `podman run -it` a terminal.
 DEB_PACKAGES += podman conmon catatonit bsdutils
+# integration/containerd.bats and bench/managers-containerd.sh: containerd brings ctr and the shims;
+# python3-grpcio drives its CRI plugin (integration/helper/cri-client.py; no crictl in Debian).
+DEB_PACKAGES += containerd python3-grpcio python3-protobuf
 
 .PHONY: all deps demo test unit integration install uninstall bench check-asan conformance clean
 

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # run-true.sh - whole-process wall time of `RUNTIME run` of a busybox `true` bundle:
 # forkbox against runc (and crun when installed), in alternating order inside one
-# timing loop, each run with a fresh container id and its own --root.
+# timing loop, each run with a fresh container id and (unless --shared-root) its own --root.
+# Every runtime runs the same config.json: runc's template plus the seccomp profile that
+# `forkbox spec` writes (--no-seccomp leaves it out).
 #
-# usage: bench/run-true.sh [-n RUNS] [-w WARMUP] [--no-crun] [-b BUNDLE_DIR]
+# usage: bench/run-true.sh [-n RUNS] [-w WARMUP] [--no-crun] [--no-seccomp] [--shared-root]
+#                          [-b BUNDLE_DIR]
 #   -n RUNS        timed runs per runtime (default 200)
 #   -w WARMUP      untimed runs per runtime first (default 5)
 #   --no-crun      leave crun out even when it is installed
+#   --no-seccomp   no linux.seccomp (runc's template has none)
+#   --shared-root  one --root per runtime for all its runs, as a container manager keeps it;
+#                  forkbox's compiled-seccomp cache in the root is then warm after the
+#                  first run (with a fresh root per run, forkbox compiles every time)
 #   -b DIR         where the demo bundle is built or reused
 #                  (default $BENCH_DIR/bundle; BENCH_DIR defaults to /var/tmp/forkbox-bench)
 # environment:
@@ -30,6 +37,8 @@ repo=$(cd "$here/.." && pwd)
 runs=200
 warmup=5
 use_crun=1
+use_seccomp=1
+shared_root=0
 bench_dir=${BENCH_DIR:-/var/tmp/forkbox-bench}
 bundle=
 
@@ -44,6 +53,8 @@ while [[ $# -gt 0 ]]; do
 	-w) warmup=$2; shift 2 ;;
 	-b) bundle=$2; shift 2 ;;
 	--no-crun) use_crun=0; shift ;;
+	--no-seccomp) use_seccomp=0; shift ;;
+	--shared-root) shared_root=1; shift ;;
 	-h | --help) usage 0 ;;
 	*) echo "run-true.sh: unknown argument $1" >&2; usage 2 ;;
 	esac
@@ -67,24 +78,40 @@ if [[ $use_crun -eq 1 && ( -z $CRUN || ! -x $CRUN ) ]]; then
 	use_crun=0
 fi
 
-# The demo bundle: busybox rootfs, process /bin/true, terminal off. Reused when its
-# config already says so; the config comes from runc's template so every runtime runs
-# the same one.
+# The demo bundle: busybox rootfs (reused when present), process /bin/true, terminal off.
+# The config comes from runc's template, which every runtime here accepts, so all of them
+# run the same one; the seccomp profile is forkbox's.
 build_bundle() {
 	local cfg=$bundle/config.json
-	if [[ -x $bundle/rootfs/bin/busybox && -f $cfg ]] &&
-		jq -e '.process.args == ["/bin/true"] and .process.terminal == false' "$cfg" >/dev/null 2>&1; then
-		return
+	if [[ ! -x $bundle/rootfs/bin/busybox ]]; then
+		[[ -x $BUSYBOX ]] || { echo "run-true.sh: $BUSYBOX missing (apt-get install busybox-static)" >&2; exit 1; }
+		echo "building demo bundle in $bundle" >&2
+		rm -rf "$bundle"
+		mkdir -p "$bundle/rootfs"/{bin,dev,proc,sys,etc,tmp}
+		cp "$BUSYBOX" "$bundle/rootfs/bin/busybox"
+		# chroot so the links point at /bin/busybox rather than the host path of the copy.
+		chroot "$bundle/rootfs" /bin/busybox --install -s /bin
 	fi
-	[[ -x $BUSYBOX ]] || { echo "run-true.sh: $BUSYBOX missing (apt-get install busybox-static)" >&2; exit 1; }
-	echo "building demo bundle in $bundle" >&2
-	rm -rf "$bundle"
-	mkdir -p "$bundle/rootfs"/{bin,dev,proc,sys,etc,tmp}
-	cp "$BUSYBOX" "$bundle/rootfs/bin/busybox"
-	# chroot so the links point at /bin/busybox rather than the host path of the copy.
-	chroot "$bundle/rootfs" /bin/busybox --install -s /bin
+	rm -f "$cfg"
 	"$RUNC" spec --bundle "$bundle"
-	jq '.process.terminal = false | .process.args = ["/bin/true"]' "$cfg" >"$cfg.tmp"
+	local seccomp=null
+	if [[ $use_seccomp -eq 1 ]]; then
+		local specdir fb=$FORKBOX
+		specdir=$(mktemp -d)
+		# FORKBOX=runc (checking the harness): the profile still comes from forkbox's spec.
+		"$fb" spec --bundle "$specdir" 2>/dev/null || true
+		if ! jq -e .linux.seccomp "$specdir/config.json" >/dev/null 2>&1; then
+			fb=$repo/build/forkbox
+			rm -f "$specdir/config.json"
+			[[ -x $fb ]] && "$fb" spec --bundle "$specdir"
+		fi
+		seccomp=$(jq -c .linux.seccomp "$specdir/config.json" 2>/dev/null) || seccomp=null
+		rm -rf "$specdir"
+		[[ $seccomp != null && -n $seccomp ]] ||
+			{ echo "run-true.sh: no seccomp profile from '$FORKBOX spec' (build forkbox or use --no-seccomp)" >&2; exit 1; }
+	fi
+	jq --argjson s "$seccomp" '.process.terminal = false | .process.args = ["/bin/true"] |
+		if $s == null then del(.linux.seccomp) else .linux.seccomp = $s end' "$cfg" >"$cfg.tmp"
 	mv "$cfg.tmp" "$cfg"
 }
 build_bundle
@@ -94,6 +121,9 @@ work=$(mktemp -d "$bench_dir/run.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 export BENCH_RUNS=$runs BENCH_WARMUP=$warmup BENCH_BUNDLE=$bundle BENCH_WORK=$work
+export BENCH_SHARED_ROOT=$shared_root
+echo "config: runc's template, seccomp $([[ $use_seccomp -eq 1 ]] && echo "forkbox's default profile" || echo none)," \
+	"$([[ $shared_root -eq 1 ]] && echo "one --root per runtime" || echo "a fresh --root per run")"
 crun_used=
 if [[ $use_crun -eq 1 ]]; then
 	crun_used=$CRUN
@@ -114,6 +144,7 @@ warmup = int(os.environ["BENCH_WARMUP"])
 bundle = os.environ["BENCH_BUNDLE"]
 work = os.environ["BENCH_WORK"]
 crun = os.environ.get("BENCH_CRUN") or None
+shared_root = os.environ.get("BENCH_SHARED_ROOT") == "1"
 
 # crun wrapper: private mount namespace without the cgroup2 mount, then exec.
 WRAP = ["unshare", "-m", "sh", "-c", "umount /sys/fs/cgroup/unified 2>/dev/null; exec \"$@\"", "sh"]
@@ -150,8 +181,8 @@ def once(name, record):
     seq += 1
     build, binary, wrap = subjects[name]
     cid = "bench-%d-%d-%s" % (os.getpid(), seq, name)
-    root = os.path.join(work, cid)
-    os.mkdir(root)
+    root = os.path.join(work, "root-" + name if shared_root else cid)
+    os.makedirs(root, exist_ok=True)
     argv = build(root, cid)
     t0 = time.perf_counter_ns()
     proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -164,7 +195,8 @@ def once(name, record):
             cleanup(binary, wrap, root, cid)
     elif record:
         samples[name].append(elapsed / 1e6)
-    shutil.rmtree(root, ignore_errors=True)
+    if not shared_root:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 order = list(subjects)

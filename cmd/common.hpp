@@ -18,6 +18,7 @@ struct Globals {
     std::string log_format = "text";
     bool debug = false;
     bool systemd_cgroup = false;
+    std::string zygote_socket;  // zygote mode on (--zygote, FORKBOX_ZYGOTE=1), else empty
     StateStore store() const { return StateStore(root); }
 };
 
@@ -64,6 +65,7 @@ int cmd_pause(const Globals&, const std::vector<std::string>&);
 int cmd_resume(const Globals&, const std::vector<std::string>&);
 int cmd_ps(const Globals&, const std::vector<std::string>&);
 int cmd_exec(const Globals&, const std::vector<std::string>&);
+int cmd_daemon(const Globals&, const std::vector<std::string>&);
 int cmd_events(const Globals&, const std::vector<std::string>&);
 
 // Thrown for usage errors inside verbs (caught in main, exit 1).

@@ -18,6 +18,7 @@ int cmd_create(const Globals& g, const std::vector<std::string>& args) {
     po::variables_map vm;
     if (!p.parse(args, vm)) return 0;
     o.id = require_id(vm, "create");
+    o.zygote_socket = g.zygote_socket;
     auto r = create_container(g.store(), o);
     if (!r) return report(r.error());
     return 0;

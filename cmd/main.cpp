@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "cmd/common.hpp"
+#include "libforkbox/zygote.hpp"
 #include "libforkbox/log.hpp"
 #include "oci/spec.hpp"
 
@@ -36,6 +37,7 @@ Commands:
   features   print the runtime-spec features this runtime applies
   update     change the cgroup limits of a container
   events     print a container's resource usage and OOM events
+  daemon     keep warm namespace templates for zygote mode
 
 Global options:
   --root DIR               state directory (default /run/forkbox)
@@ -43,6 +45,7 @@ Global options:
   --log-format text|json   log format (default text)
   --debug                  log debug messages
   --systemd-cgroup         use systemd for cgroups (not supported yet)
+  --zygote[=SOCKET]        create/run from the zygote daemon's warm templates (cold path if none)
   --version, -v            print the version
   --help, -h               show this help
 )";
@@ -64,7 +67,7 @@ struct GlobalFlag {
 constexpr GlobalFlag kGlobalFlags[] = {
     {"root", true},   {"log", true},      {"log-format", true}, {"debug", false},
     {"systemd-cgroup", false}, {"criu", true}, {"rootless", true},   {"help", false},
-    {"version", false}, {"h", false}, {"v", false},
+    {"version", false}, {"h", false}, {"v", false}, {"zygote", false},
 };
 
 }  // namespace
@@ -111,6 +114,7 @@ int main(int argc, char** argv) {
         else if (name == "debug") g.debug = !has_value || value == "true";
         else if (name == "systemd-cgroup") g.systemd_cgroup = !has_value || value == "true";
         else if (name == "rootless") rootless = std::string(value);
+        else if (name == "zygote") g.zygote_socket = has_value ? std::string(value) : zygote::default_socket_path();
         else if (name == "help" || name == "h") {
             std::cout << kUsage;
             return 0;
@@ -123,6 +127,8 @@ int main(int argc, char** argv) {
         return 1;
     }
     log::configure(g.log_file, g.log_format == "json", g.debug);
+    if (const char* z = std::getenv("FORKBOX_ZYGOTE"); g.zygote_socket.empty() && z && std::string_view(z) == "1")
+        g.zygote_socket = zygote::default_socket_path();
     if (i >= argc) {
         std::cout << kUsage;
         return 0;
@@ -136,6 +142,7 @@ int main(int argc, char** argv) {
         {"list", cmd_list},     {"spec", cmd_spec},     {"features", cmd_features},
         {"pause", cmd_pause},   {"resume", cmd_resume}, {"ps", cmd_ps},
         {"update", cmd_update}, {"exec", cmd_exec},     {"events", cmd_events},
+        {"daemon", cmd_daemon},
     };
     // runc verbs that later issues build: fail loudly rather than pretend.
     static const char* not_yet[] = {"checkpoint", "restore"};

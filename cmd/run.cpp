@@ -20,6 +20,7 @@ int cmd_run(const Globals& g, const std::vector<std::string>& args) {
     po::variables_map vm;
     if (!p.parse(args, vm)) return 0;
     o.create.id = require_id(vm, "run");
+    o.create.zygote_socket = g.zygote_socket;
     auto r = run_container(g.store(), o);
     if (!r) return report(r.error());
     return *r;

@@ -106,3 +106,19 @@ setup() {
 	assert_success
 	assert_output "template ok"
 }
+
+@test "spec template has a default seccomp profile without mount, unshare or ptrace" {
+	skip_if_runc "runc's spec has no seccomp profile"
+	runtime spec --bundle "$SPECDIR"
+	run jq -c '.linux.seccomp | [.defaultAction, .defaultErrnoRet]' "$SPECDIR/config.json"
+	assert_output '["SCMP_ACT_ERRNO",1]'
+	run jq -r '.linux.seccomp.syscalls[] | select(.action == "SCMP_ACT_ALLOW") | .names[]' "$SPECDIR/config.json"
+	assert_line read
+	assert_line execve
+	refute_line mount
+	refute_line unshare
+	refute_line ptrace
+	refute_line kexec_load
+	run jq -c '.linux.seccomp.syscalls[] | select(.names == ["clone3"]) | [.action, .errnoRet]' "$SPECDIR/config.json"
+	assert_output '["SCMP_ACT_ERRNO",38]'
+}

@@ -8,6 +8,8 @@
 #include <set>
 #include <string_view>
 
+#include "libforkbox/bpf.hpp"
+#include "libforkbox/device_filter.hpp"
 #include "libforkbox/fd.hpp"
 #include "libforkbox/state.hpp"
 
@@ -97,13 +99,6 @@ std::string device_rule_text(const std::string& type, std::optional<int64_t> maj
     return (type.empty() ? std::string("a") : type) + " " + part(major) + ":" + part(minor) + " " +
            (access.empty() ? std::string("rwm") : access);
 }
-
-// What every container may use whatever its rules say (runc's and crun's defaults):
-// mknod of any device, null, random, full, tty, zero, urandom, console, pts, ptmx.
-constexpr const char* kDefaultDeviceAllows[] = {
-    "c *:* m", "b *:* m", "c 1:3 rwm", "c 1:8 rwm", "c 1:7 rwm", "c 5:0 rwm",
-    "c 1:5 rwm", "c 1:9 rwm", "c 5:1 rwm", "c 136:* rwm", "c 5:2 rwm",
-};
 
 Result<void> plan_memory(Planner& p, const oci::MemoryResources& m) {
     int64_t limit = m.limit.value_or(0), reservation = m.reservation.value_or(0),
@@ -230,22 +225,20 @@ Result<void> plan_devices(Planner& p, const std::vector<oci::DeviceRule>& rules,
     if (rules.empty()) return {};
     int h = p.v1("devices");
     if (h < 0) {
+        // cgroup v2 has no devices controller: plan_device_program enforces the rules there.
+        if (p.layout.unified()) return {};
         // A host with no devices controller cannot restrict anything, and the default deny-all
         // asks for nothing the rest of forkbox relies on. Anything else must not be dropped.
         if (std::all_of(rules.begin(), rules.end(), is_deny_all)) return {};
-        if (p.layout.unified()) return fail(EOPNOTSUPP, "linux.resources.devices: device rules on cgroup v2 are not supported yet");
         return no_controller("devices", "devices");
     }
     // Start from nothing, then the rules in their order: the kernel keeps the exceptions in
-    // the order written, and a later rule overrides an earlier one.
+    // the order written, and a later rule overrides an earlier one. The default devices and
+    // linux.devices come last, as in the v2 device program.
     p.add(h, "devices.deny", "a");
-    for (const auto& r : rules)
+    for (const auto& r : effective_device_rules(rules, devices))
         p.add(h, r.allow ? "devices.allow" : "devices.deny",
               device_rule_text(r.type, r.major, r.minor, r.access));
-    for (const char* rule : kDefaultDeviceAllows) p.add(h, "devices.allow", rule);
-    for (const auto& d : devices)
-        if (d.type == "c" || d.type == "b" || d.type == "u")
-            p.add(h, "devices.allow", device_rule_text(d.type == "u" ? "c" : d.type, d.major, d.minor, "rwm"));
     return {};
 }
 
@@ -329,6 +322,25 @@ Result<std::vector<CgroupWrite>> plan_cgroup_writes(const oci::Resources& r, con
         p.add(h, key, value);
     }
     return std::move(p.out);
+}
+
+Result<std::optional<std::vector<bpf_insn>>> plan_device_program(const oci::Resources& r,
+                                                                 const CgroupLayout& layout,
+                                                                 const std::vector<oci::Device>& devices) {
+    if (r.devices.empty() || !layout.unified()) return std::nullopt;
+    Planner p{layout, {}};
+    if (p.v1("devices") >= 0) return std::nullopt;  // devices.allow/deny on v1 (plan_cgroup_writes)
+    FB_ASSIGN(auto program, device_filter_program(effective_device_rules(r.devices, devices)));
+    return program;
+}
+
+Result<void> apply_device_program(const std::vector<bpf_insn>& program, const CgroupLayout& layout,
+                                  const std::vector<std::string>& dirs) {
+    const CgroupHierarchy* u = layout.unified();
+    size_t h = u ? static_cast<size_t>(u - layout.hierarchies.data()) : dirs.size();
+    if (h >= dirs.size()) return fail(EINVAL, "cgroup: device program: no cgroup v2 directory");
+    FB_TRY_CTX(replace_cgroup_device_program(dirs[h], program), "cgroup: linux.resources.devices");
+    return {};
 }
 
 namespace {

@@ -2,8 +2,11 @@
 // which value, with runc's v1<->v2 conversions); applying only writes the plan in order.
 #pragma once
 
+#include <linux/bpf.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,7 @@ Result<void> load_v2_controllers(CgroupLayout& layout);
 // to the unified hierarchy when its `controllers` lists the controller. A requested limit
 // that no hierarchy can hold is an error. `devices` (linux.devices) are allowed after the
 // configured device rules, with runc's default devices, when device rules are applied.
+// Device rules on a host without a v1 devices hierarchy are plan_device_program's.
 Result<std::vector<CgroupWrite>> plan_cgroup_writes(const oci::Resources& resources,
                                                     const CgroupLayout& layout,
                                                     const std::vector<oci::Device>& devices = {});
@@ -46,5 +50,18 @@ Result<std::vector<CgroupWrite>> plan_cgroup_writes(const oci::Resources& resour
 // layout's hierarchies).
 Result<void> apply_cgroup_writes(const std::vector<CgroupWrite>& writes, const CgroupLayout& layout,
                                  const std::vector<std::string>& dirs);
+
+// linux.resources.devices where no v1 hierarchy has the devices controller (cgroup v2, which
+// has none): the eBPF program for the container's v2 cgroup (device_filter.hpp), with the
+// default devices and `devices` allowed after the rules as on v1. std::nullopt when there
+// are no device rules, or when v1's devices.allow/deny enforce them (plan_cgroup_writes).
+Result<std::optional<std::vector<bpf_insn>>> plan_device_program(const oci::Resources& resources,
+                                                                 const CgroupLayout& layout,
+                                                                 const std::vector<oci::Device>& devices = {});
+
+// Attaches `program` to the container's v2 cgroup (in `dirs`, parallel to the layout's
+// hierarchies) in place of the device program attached there before.
+Result<void> apply_device_program(const std::vector<bpf_insn>& program, const CgroupLayout& layout,
+                                  const std::vector<std::string>& dirs);
 
 }  // namespace forkbox

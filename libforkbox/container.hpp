@@ -26,6 +26,9 @@ struct CreateOptions {
     bool no_pivot = false;
     bool no_new_keyring = false;
     int preserve_fds = 0;
+    // Zygote mode: the daemon's socket, or empty (then only the container's
+    // run.forkbox.zygote=true annotation turns it on, with the default socket).
+    std::string zygote_socket;
 };
 
 enum class Status { Creating, Created, Running, Paused, Stopped };

@@ -19,9 +19,11 @@
 #include "libforkbox/pidfd.hpp"
 #include "libforkbox/plan.hpp"
 #include "libforkbox/seccomp.hpp"
+#include "libforkbox/seccomp_cache.hpp"
 #include "libforkbox/sync.hpp"
 #include "libforkbox/syscalls.hpp"
 #include "libforkbox/terminal.hpp"
+#include "libforkbox/zygote.hpp"
 #include "oci/json.hpp"
 #include "oci/parse.hpp"
 #include "oci/validate.hpp"
@@ -68,6 +70,26 @@ Result<LoadedConfig> load_bundle_config(const std::string& bundle) {
     c.spec = std::move(*spec);
     FB_TRY_CTX(oci::validate(c.spec), "config.json");
     return c;
+}
+
+// The namespaces a zygote daemon has warm for this plan, when zygote mode is on; empty
+// otherwise (the cold path makes them).
+std::vector<OpenNamespace> take_warm_namespaces(const CreateOptions& opt, const oci::Spec& spec, const Plan& plan) {
+    std::string socket = opt.zygote_socket;
+    if (socket.empty()) {
+        auto a = spec.annotations.find(zygote::kAnnotation);
+        if (a == spec.annotations.end() || a->second != "true") return {};
+        socket = zygote::default_socket_path();
+    }
+    int key = zygote::template_key(plan);
+    if (key == 0) {
+        log::debug("zygote: cold path: no template fits this container (user namespace)");
+        return {};
+    }
+    auto t = zygote::take_template(socket, key);
+    if (!t) return {};
+    log::debug("zygote: warm namespaces from " + socket);
+    return std::move(*t);
 }
 
 // sd_listen_fds(3): sockets passed to forkbox by socket activation (fds 3..3+N-1).
@@ -151,9 +173,12 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
         FB_ASSIGN(console_fd, connect_console_socket(opt.console_socket));
     }
     // Compiled here, before clone: the child only hands the finished program to the kernel.
+    // Through the cache in the state root: compiling the default profile takes milliseconds.
+    // The root is made first, so even the first container of a new root fills the cache.
     std::optional<SeccompProgram> seccomp;
     if (spec.linux && spec.linux->seccomp) {
-        auto program = compile_seccomp(*spec.linux->seccomp);
+        FB_TRY(store.ensure_root());
+        auto program = compile_seccomp_cached(*spec.linux->seccomp, store.root());
         if (!program) return std::unexpected(program.error().wrap("seccomp"));
         seccomp = std::move(*program);
     }
@@ -179,17 +204,25 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     FB_ASSIGN(CgroupLayout layout, detect_cgroup_layout());
     // Planned before any cgroup exists, so a limit this host cannot hold fails create cleanly.
     std::vector<CgroupWrite> cgroup_writes;
+    std::optional<std::vector<bpf_insn>> device_program;
     if (spec.linux && spec.linux->resources) {
         if (layout.unified()) FB_TRY_CTX(load_v2_controllers(layout), "cgroup");
         FB_ASSIGN(cgroup_writes, plan_cgroup_writes(*spec.linux->resources, layout, spec.linux->devices));
+        FB_ASSIGN(device_program, plan_device_program(*spec.linux->resources, layout, spec.linux->devices));
     }
     FB_ASSIGN(CgroupPlacement cgroups, create_cgroups(layout, plan.cgroups_path));
     // Before clone, so the limits hold from the container's first instruction; on failure
-    // the placement guard removes the cgroups again.
+    // the placement guard removes the cgroups again. The device program's fd is closed once
+    // it is attached, so init never holds it.
     FB_TRY(apply_cgroup_writes(cgroup_writes, layout, cgroups.dirs()));
+    if (device_program) FB_TRY(apply_device_program(*device_program, layout, cgroups.dirs()));
     state.cgroup_dirs = cgroups.dirs();
     state.cgroup_dirs_created = cgroups.created();
     FB_ASSIGN(auto namespaces, open_namespaces(plan.joins));
+    // Zygote mode: fresh namespaces from a warm template instead of making them now.
+    std::vector<OpenNamespace> warm = take_warm_namespaces(opt, spec, plan);
+    int warm_flags = 0;
+    for (const auto& ns : warm) warm_flags |= ns.clone_flag;
 
     int sp[2];
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) return sys_error("socketpair");
@@ -210,18 +243,31 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     args.preserve_fds = preserve_fds;
     args.console_fd = console_fd.get();
     args.intermediate = plan.needs_intermediate();
+    args.warm_namespaces = warm_flags;
+    // On the intermediate path the template's namespaces are joined with the others.
+    if (args.intermediate)
+        for (auto& ns : warm) namespaces.push_back(std::move(ns));
     if (seccomp) args.seccomp = &*seccomp;
 
     // Namespaces come with the clone itself, except those init unshares later and, on the
     // intermediate path, all of them (joins must happen first).
-    uint64_t flags = args.intermediate ? 0 : (plan.new_namespaces & ~(CLONE_NEWCGROUP | CLONE_NEWTIME));
+    uint64_t flags = args.intermediate ? 0 : (plan.new_namespaces & ~(CLONE_NEWCGROUP | CLONE_NEWTIME | warm_flags));
     std::fflush(nullptr);
-    pid_t child = sys::clone3_fork(flags, cgroups.unified_fd());
-    if (child < 0) return sys_error("clone container init");
-    if (child == 0) {
-        parent_end.reset();
-        container_init(args);
+    pid_t child;
+    {
+        // Otherwise init inherits the template's namespaces from us: we enter them for the
+        // clone only, so hooks still run in the runtime's own namespaces.
+        std::optional<NamespaceVisit> visit;
+        if (!args.intermediate && !warm.empty()) {
+            FB_ASSIGN(visit, NamespaceVisit::enter(warm));
+        }
+        child = sys::clone3_fork(flags, cgroups.unified_fd());
+        if (child == 0) {  // inside the scope: the visit must end in the parent only
+            parent_end.reset();
+            container_init(args);
+        }
     }
+    if (child < 0) return sys_error("clone container init");
     ChildGuard child_guard(child);
     std::optional<ChildGuard> init_guard;
     // The child's end is the child's now: keeping a copy would hide its exit from recv().

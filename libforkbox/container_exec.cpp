@@ -23,6 +23,7 @@
 #include "libforkbox/pidfd.hpp"
 #include "libforkbox/process.hpp"
 #include "libforkbox/seccomp.hpp"
+#include "libforkbox/seccomp_cache.hpp"
 #include "libforkbox/sync.hpp"
 #include "libforkbox/syscalls.hpp"
 #include "libforkbox/terminal.hpp"
@@ -198,7 +199,7 @@ Result<int> exec_container(const StateStore& store, const ExecOptions& opt) {
 
     std::optional<SeccompProgram> seccomp;
     if (spec->linux && spec->linux->seccomp) {
-        auto program = compile_seccomp(*spec->linux->seccomp);
+        auto program = compile_seccomp_cached(*spec->linux->seccomp, store.root());
         if (!program) return std::unexpected(program.error().wrap("seccomp"));
         seccomp = std::move(*program);
     }

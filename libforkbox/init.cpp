@@ -42,7 +42,7 @@ Result<void> intermediate_stage(InitArgs& a) {
         if (::unshare(CLONE_NEWUSER) < 0) return sys_error("unshare user namespace");
         FB_TRY(map_user_namespace(a));
     }
-    int rest = plan.new_namespaces & ~(CLONE_NEWUSER | CLONE_NEWPID | kUnsharedLater);
+    int rest = plan.new_namespaces & ~(CLONE_NEWUSER | CLONE_NEWPID | kUnsharedLater | a.warm_namespaces);
     if (rest && ::unshare(rest) < 0) return sys_error("unshare namespaces");
     pid_t pid = sys::clone3_fork(CLONE_PARENT | (plan.new_namespaces & CLONE_NEWPID));
     if (pid < 0) return sys_error("clone init");
@@ -93,7 +93,8 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     if ((plan.new_namespaces & CLONE_NEWCGROUP) && ::unshare(CLONE_NEWCGROUP) < 0)
         return sys_error("unshare cgroup namespace");
     if (plan.new_namespaces & CLONE_NEWTIME) FB_TRY(enter_new_time_namespace(plan.time_offsets));
-    if (plan.new_namespaces & CLONE_NEWNET) FB_TRY(bring_up_loopback());
+    // A template's network namespace has lo up already.
+    if ((plan.new_namespaces & CLONE_NEWNET) && !(a.warm_namespaces & CLONE_NEWNET)) FB_TRY(bring_up_loopback());
     if (plan.set_hostname) FB_TRY(set_hostname(plan.hostname));
     if (plan.set_domainname) FB_TRY(set_domainname(plan.domainname));
 

@@ -24,6 +24,7 @@ struct InitArgs {
     bool new_keyring = true;  // a fresh session keyring, named after the container (runc's default)
     int preserve_fds = 0;
     int console_fd = -1;  // connected console socket when process.terminal
+    int warm_namespaces = 0;    // CLONE_NEW* that came ready-made from a zygote template
     bool intermediate = false;  // this process joins namespaces and forks init itself
     const SeccompProgram* seccomp = nullptr;  // compiled by the parent; null without linux.seccomp
 };

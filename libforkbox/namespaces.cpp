@@ -9,6 +9,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "oci/linux_names.hpp"
 
 namespace forkbox {
 
@@ -94,6 +98,28 @@ Result<void> enter_new_time_namespace(const std::vector<std::pair<std::string, o
     if (!ns) return sys_error("open time_for_children");
     if (::setns(ns.get(), CLONE_NEWTIME) < 0) return sys_error("enter time namespace");
     return {};
+}
+
+Result<NamespaceVisit> NamespaceVisit::enter(const std::vector<OpenNamespace>& namespaces) {
+    NamespaceVisit v;
+    for (const auto& ns : namespaces) {
+        const auto* kind = oci::namespace_kind_by_flag(ns.clone_flag);
+        if (!kind) return fail(EINVAL, "unknown namespace flag");
+        OpenNamespace home;
+        home.clone_flag = ns.clone_flag;
+        home.path = "/proc/self/ns/" + std::string(kind->proc_name);
+        home.fd.reset(::open(home.path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!home.fd) return sys_error("open " + home.path);
+        v.home_.push_back(std::move(home));
+    }
+    for (const auto& ns : namespaces)
+        if (::setns(ns.fd.get(), ns.clone_flag) < 0) return sys_error("enter " + ns.path);  // ~v restores
+    return v;
+}
+
+NamespaceVisit::~NamespaceVisit() {
+    for (const auto& ns : home_)
+        if (ns.fd && ::setns(ns.fd.get(), ns.clone_flag) < 0) std::abort();  // never run on in a foreign namespace
 }
 
 Result<void> bring_up_loopback() {

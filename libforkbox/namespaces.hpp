@@ -26,6 +26,20 @@ Result<std::vector<OpenNamespace>> open_namespaces(const std::vector<NamespaceJo
 // is entered are retried after it (their owner may be that user namespace).
 Result<void> join_namespaces(std::vector<OpenNamespace>& namespaces);
 
+// While it lives, this (single-threaded) process is in the given namespaces; its own are
+// restored on destruction. Used around a clone so the child inherits them.
+class NamespaceVisit {
+public:
+    static Result<NamespaceVisit> enter(const std::vector<OpenNamespace>& namespaces);
+    NamespaceVisit(NamespaceVisit&&) = default;
+    NamespaceVisit& operator=(NamespaceVisit&&) = default;
+    ~NamespaceVisit();
+
+private:
+    NamespaceVisit() = default;
+    std::vector<OpenNamespace> home_;
+};
+
 // Writes /proc/<pid>/uid_map and gid_map (parent side).
 Result<void> write_id_mappings(pid_t pid, const std::vector<oci::IdMapping>& uids,
                                const std::vector<oci::IdMapping>& gids);

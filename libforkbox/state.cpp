@@ -250,9 +250,11 @@ Result<unique_fd> lock_dir(int dirfd, const std::string& path) {
 }
 }  // namespace
 
+Result<void> StateStore::ensure_root() const { return mkdir_p(root_, 0711); }
+
 Result<ContainerDir> StateStore::create(const std::string& id) const {
     FB_TRY(validate_container_id(id));
-    FB_TRY(mkdir_p(root_, 0711));
+    FB_TRY(ensure_root());
     ContainerDir dir;
     dir.path_ = root_ + "/" + id;
     if (::mkdir(dir.path_.c_str(), 0711) < 0) {

@@ -70,6 +70,8 @@ public:
     explicit StateStore(std::string root) : root_(std::move(root)) {}
     const std::string& root() const { return root_; }
 
+    // Makes the root (and its parents) unless it exists.
+    Result<void> ensure_root() const;
     // Makes the container's directory (EEXIST if the id is taken) and locks it.
     Result<ContainerDir> create(const std::string& id) const;
     // Opens an existing container's directory (ENOENT: no such container). Verbs that change

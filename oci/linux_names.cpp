@@ -244,6 +244,12 @@ const NamespaceKind* namespace_kind_by_proc_name(std::string_view proc_name) {
     return nullptr;
 }
 
+const NamespaceKind* namespace_kind_by_flag(int clone_flag) {
+    for (const auto& k : kNamespaces)
+        if (k.clone_flag == clone_flag) return &k;
+    return nullptr;
+}
+
 const std::vector<NamespaceKind>& all_namespace_kinds() { return kNamespaces; }
 
 std::optional<int> signal_from_string(std::string_view s) {

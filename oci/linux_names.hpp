@@ -33,6 +33,7 @@ struct NamespaceKind {
 // nullptr when the spec type is unknown.
 const NamespaceKind* namespace_kind(std::string_view spec_type);
 const NamespaceKind* namespace_kind_by_proc_name(std::string_view proc_name);
+const NamespaceKind* namespace_kind_by_flag(int clone_flag);
 // All eight, in the order runtimes usually create them.
 const std::vector<NamespaceKind>& all_namespace_kinds();
 

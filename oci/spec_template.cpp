@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "oci/default_seccomp.hpp"
 #include "oci/json.hpp"
 #include "oci/spec.hpp"
 
@@ -55,9 +56,12 @@ std::vector<MountTemplate> default_mounts(bool rootless) {
     return mounts;
 }
 
+// runc's set: the seccomp profile is resolved against it too.
+const std::vector<std::string_view> kCapabilities = {"CAP_AUDIT_WRITE", "CAP_KILL",
+                                                     "CAP_NET_BIND_SERVICE"};
+
 void write_process(json::Writer& w) {
-    const std::vector<std::string_view> caps = {"CAP_AUDIT_WRITE", "CAP_KILL",
-                                                "CAP_NET_BIND_SERVICE"};
+    const auto& caps = kCapabilities;
     w.key("process").begin_object();
     w.key("terminal").value(true);
     w.key("user").begin_object().key("uid").value(0).key("gid").value(0).end_object();
@@ -125,6 +129,9 @@ void write_linux(json::Writer& w, const SpecTemplateOptions& o) {
                   "/proc/sched_debug", "/sys/firmware", "/proc/scsi", "/sys/devices/virtual/tpm"});
     string_array(w, "readonlyPaths",
                  {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"});
+    // runc's template has none; Docker and podman give every container one like it.
+    w.key("seccomp");
+    write_seccomp_json(w, default_seccomp({kCapabilities.begin(), kCapabilities.end()}, o.arch));
     w.end_object();
 }
 

@@ -1,9 +1,12 @@
 // The config.json that `forkbox spec` writes: runc's `runc spec` example (libcontainer/specconv
-// Example and ToRootless), so bundles made for one runtime work with the other.
+// Example and ToRootless), so bundles made for one runtime work with the other, plus a default
+// linux.seccomp profile (oci/default_seccomp.hpp) that runc's template lacks.
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include "oci/default_seccomp.hpp"
 
 namespace forkbox::oci {
 
@@ -14,6 +17,8 @@ struct SpecTemplateOptions {
     // Host ids mapped to root in the container when rootless (runc: euid and egid).
     uint32_t host_uid = 0;
     uint32_t host_gid = 0;
+    // Which architectures linux.seccomp names (and their own syscalls it allows).
+    SeccompArchFamily arch = native_seccomp_arch_family();
 };
 
 // Pure: the template for the given options, pretty-printed with tabs like runc, ending in a

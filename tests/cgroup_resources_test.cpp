@@ -251,12 +251,30 @@ TEST(CgroupPlanV2, UnifiedKeyWithSlashIsRejected) {
     EXPECT_NE(error_of(r, v2_layout()).find("must be a cgroup file name"), std::string::npos);
 }
 
-TEST(CgroupPlanV2, DefaultDenyAllNeedsNothingButOtherDeviceRulesFail) {
+TEST(CgroupPlanV2, DeviceRulesBecomeAnEbpfProgramNotFileWrites) {
+    oci::Resources r;
+    r.devices = {deny_all(), rule(true, "c", 1, 3, "rwm")};
+    EXPECT_TRUE(plan(r, v2_layout()).empty());
+    auto prog = plan_device_program(r, v2_layout());
+    ASSERT_TRUE(prog);
+    ASSERT_TRUE(prog->has_value());
+    EXPECT_GT((*prog)->size(), 9u);
+}
+
+TEST(CgroupPlanV2, NoDeviceRulesNoProgram) {
+    oci::Resources r;
+    auto prog = plan_device_program(r, v2_layout());
+    ASSERT_TRUE(prog);
+    EXPECT_FALSE(prog->has_value());
+}
+
+TEST(CgroupPlanV2, DefaultDenyAllAloneStillGetsAProgram) {
+    // As on v1, where it becomes "deny a" plus the default devices.
     oci::Resources r;
     r.devices = {deny_all()};
-    EXPECT_TRUE(plan(r, v2_layout()).empty());
-    r.devices.push_back(rule(true, "c", 1, 3, "rwm"));
-    EXPECT_NE(error_of(r, v2_layout()).find("device rules on cgroup v2 are not supported yet"), std::string::npos);
+    auto prog = plan_device_program(r, v2_layout());
+    ASSERT_TRUE(prog);
+    EXPECT_TRUE(prog->has_value());
 }
 
 TEST(CgroupPlanV2, NetworkHasNoController) {
@@ -288,6 +306,9 @@ TEST(CgroupPlanHybrid, DeviceRulesGoToTheV1DevicesHierarchy) {
     ASSERT_GE(w.size(), 3u);
     EXPECT_EQ(w[0], (CgroupWrite{3, "devices.deny", "a"}));
     EXPECT_EQ(w[2], (CgroupWrite{3, "devices.allow", "c 1:3 rwm"}));
+    auto prog = plan_device_program(r, hybrid_layout());
+    ASSERT_TRUE(prog);
+    EXPECT_FALSE(prog->has_value());
 }
 
 TEST(CgroupPlanHybrid, MissingControllerIsAnError) {

@@ -53,7 +53,13 @@ static const char usage_text[] =
 	"  ignore-term-sleep SECONDS      ignore SIGTERM, print \"ready\", then sleep\n"
 	"  oom-score-adj                  print /proc/self/oom_score_adj\n"
 	"  sysctl NAME                    print /proc/sys/NAME (dots become slashes)\n"
-	"  kill-self SIGNUM               raise SIGNUM with its default action\n";
+	"  kill-self SIGNUM               raise SIGNUM with its default action\n"
+	"  syscall NAME...                make each raw syscall with harmless arguments, print\n"
+	"                                 \"NAME errno=N\" (0: it succeeded). NAME: getpid mount\n"
+	"                                 umount2 unshare-user setns pivot_root ptrace bpf\n"
+	"                                 perf_event_open kexec_load init_module finit_module\n"
+	"                                 delete_module reboot swapon keyctl userfaultfd clone\n"
+	"                                 clone-newuser clone3\n";
 
 static int usage(void)
 {
@@ -509,6 +515,97 @@ static int do_kill_self(const char *arg)
 	return 3;
 }
 
+/* ---- syscall: raw syscalls for seccomp tests ----
+ * Each call uses arguments that are harmless even when the call is allowed: it fails on a
+ * bad argument after the permission checks, or only changes this process (a new user
+ * namespace, being traced by its parent). A seccomp filter that refuses it answers first. */
+#include <linux/sched.h>
+#include <sys/mount.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+/* A clone(2) child that exits at once; the parent reaps it. */
+static long clone_and_reap(unsigned long flags)
+{
+	long pid = syscall(SYS_clone, flags | SIGCHLD, 0, NULL, NULL, 0);
+	if (pid == 0)
+		_exit(0);
+	if (pid > 0)
+		waitpid((pid_t)pid, NULL, 0);
+	return pid;
+}
+
+static long raw_syscall(const char *name, int *known)
+{
+	*known = 1;
+	if (!strcmp(name, "getpid"))
+		return syscall(SYS_getpid);
+	if (!strcmp(name, "mount"))
+		return syscall(SYS_mount, "none", "/tmp", "tmpfs", 0UL, "");
+	if (!strcmp(name, "umount2"))
+		return syscall(SYS_umount2, "/fbhelper-no-such-mount", 0);
+	if (!strcmp(name, "unshare-user")) /* needs no capability: only seccomp stops it */
+		return syscall(SYS_unshare, CLONE_NEWUSER);
+	if (!strcmp(name, "setns"))
+		return syscall(SYS_setns, -1, 0);
+	if (!strcmp(name, "pivot_root"))
+		return syscall(SYS_pivot_root, "/fbhelper-none", "/fbhelper-none");
+	if (!strcmp(name, "ptrace")) /* PTRACE_TRACEME: no capability needed either */
+		return syscall(SYS_ptrace, 0L /* PTRACE_TRACEME */, 0, NULL, NULL);
+	if (!strcmp(name, "bpf"))
+		return syscall(SYS_bpf, 1000, NULL, 0); /* no such command */
+	if (!strcmp(name, "perf_event_open"))
+		return syscall(SYS_perf_event_open, NULL, 0, -1, -1, 0UL);
+	if (!strcmp(name, "kexec_load")) /* unknown flags: never loads or unloads an image */
+		return syscall(SYS_kexec_load, 0UL, 0UL, NULL, 0xffff0000UL);
+	if (!strcmp(name, "init_module"))
+		return syscall(SYS_init_module, NULL, 0UL, "");
+	if (!strcmp(name, "finit_module"))
+		return syscall(SYS_finit_module, -1, "", 0);
+	if (!strcmp(name, "delete_module"))
+		return syscall(SYS_delete_module, "fbhelper_no_such_module", 0);
+	if (!strcmp(name, "reboot")) /* wrong magic: EINVAL even when allowed */
+		return syscall(SYS_reboot, 0, 0, 0, NULL);
+	if (!strcmp(name, "swapon"))
+		return syscall(SYS_swapon, "/fbhelper-none", 0);
+	if (!strcmp(name, "keyctl")) /* KEYCTL_GET_KEYRING_ID of the session keyring */
+		return syscall(SYS_keyctl, 0, -3, 0);
+	if (!strcmp(name, "userfaultfd")) {
+		long fd = syscall(SYS_userfaultfd, 0);
+		if (fd >= 0)
+			close((int)fd);
+		return fd;
+	}
+	if (!strcmp(name, "clone")) /* fork through clone(2), no namespace flags */
+		return clone_and_reap(0);
+	if (!strcmp(name, "clone-newuser"))
+		return clone_and_reap(CLONE_NEWUSER);
+#ifdef SYS_clone3
+	if (!strcmp(name, "clone3")) /* a NULL clone_args: EFAULT or EINVAL when allowed */
+		return syscall(SYS_clone3, NULL, 0UL);
+#endif
+	*known = 0;
+	return -1;
+}
+
+static int do_syscall(int argc, char **argv)
+{
+	if (argc < 3)
+		return usage();
+	for (int i = 2; i < argc; i++) {
+		int known;
+		errno = 0;
+		long rc = raw_syscall(argv[i], &known);
+		if (!known) {
+			fprintf(stderr, "fbhelper: syscall: unknown name %s\n", argv[i]);
+			return 2;
+		}
+		printf("%s errno=%d\n", argv[i], rc < 0 ? errno : 0);
+	}
+	return 0;
+}
+/* ---- end of syscall ---- */
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -579,6 +676,8 @@ int main(int argc, char **argv)
 		return do_sysctl(argv[2]);
 	if (IS("kill-self", 1))
 		return do_kill_self(argv[2]);
+	if (!strcmp(cmd, "syscall"))
+		return do_syscall(argc, argv);
 #undef IS
 	fprintf(stderr, "fbhelper: unknown command or wrong arguments: %s\n", cmd);
 	return usage();

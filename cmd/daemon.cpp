@@ -1,0 +1,57 @@
+#include <iostream>
+
+#include "cmd/common.hpp"
+#include "libforkbox/plan.hpp"
+#include "libforkbox/zygote.hpp"
+#include "libforkbox/zygote_daemon.hpp"
+#include "oci/parse.hpp"
+
+namespace forkbox::cmd {
+
+namespace {
+
+// The template key of a bundle's config.json (--warm).
+Result<int> bundle_key(const std::string& bundle) {
+    FB_ASSIGN(std::string text, read_file(bundle + "/config.json"));
+    auto spec = oci::parse_config(text);
+    if (!spec) return std::unexpected(spec.error().wrap(bundle + "/config.json"));
+    FB_ASSIGN(Plan plan, make_plan(*spec, PlanOptions{"warm", bundle}));
+    return zygote::template_key(plan);
+}
+
+}  // namespace
+
+int cmd_daemon(const Globals&, const std::vector<std::string>& args) {
+    VerbParser p("daemon [--socket PATH] [--pool N] [--warm BUNDLE]... [--stats]",
+                 "Keep warm namespace templates for zygote-mode create/run (in the foreground; SIGTERM stops it).");
+    zygote::DaemonOptions o;
+    std::vector<std::string> warm;
+    bool stats = false;
+    p.add()("socket", po::value(&o.socket_path)->default_value(zygote::default_socket_path()),
+            "unix socket to serve (FORKBOX_SOCKET overrides the default)")(
+        "pool", po::value(&o.pool_size)->default_value(4), "warm templates kept per kind of container")(
+        "evict-after", po::value(&o.evict_after_seconds)->default_value(600),
+        "seconds after which a kind of container nobody asks for loses its pool")(
+        "warm", po::value(&warm)->composing(), "keep templates for this bundle's containers warm from the start")(
+        "stats", po::bool_switch(&stats), "print a running daemon's counters and exit");
+    po::variables_map vm;
+    if (!p.parse(args, vm)) return 0;
+    if (stats) {
+        auto s = zygote::daemon_stats(o.socket_path);
+        if (!s) return report(s.error());
+        std::cout << *s << "\n";
+        return 0;
+    }
+    if (o.pool_size < 1 || o.pool_size > 1024) return report("--pool must be between 1 and 1024");
+    for (const auto& b : warm) {
+        auto key = bundle_key(b);
+        if (!key) return report(key.error());
+        if (*key == 0) return report("--warm " + b + ": no template fits this bundle (user namespace or no new namespaces)");
+        o.warm_keys.push_back(*key);
+    }
+    auto r = zygote::run_daemon(o);
+    if (!r) return report(r.error());
+    return 0;
+}
+
+}  // namespace forkbox::cmd

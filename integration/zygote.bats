@@ -1,0 +1,219 @@
+#!/usr/bin/env bats
+# Zygote mode: `forkbox daemon` keeps warm namespace templates; create/run take one when
+# asked (--zygote, FORKBOX_ZYGOTE=1, annotation run.forkbox.zygote=true) and fall back to
+# the cold path whenever the daemon cannot help.
+
+load helpers
+
+setup() {
+	skip_if_runc "zygote mode is forkbox's own"
+	setup_bundle /bin/fbhelper sleep 100
+	SOCK=$BATS_TEST_TMPDIR/zygote.sock
+}
+
+teardown() {
+	fb_teardown
+	stop_daemon
+}
+
+# start_daemon [DAEMON ARGS...]: a daemon on $SOCK, stopped by teardown.
+start_daemon() {
+	"$FORKBOX" --log "$BATS_TEST_TMPDIR/daemon.log" daemon --socket "$SOCK" "$@" \
+		</dev/null >/dev/null 2>"$BATS_TEST_TMPDIR/daemon.err" 3>&- 4>&- &
+	DAEMON_PID=$!
+	local i
+	for i in $(seq 100); do
+		[[ -S $SOCK ]] && "$FORKBOX" daemon --socket "$SOCK" --stats >/dev/null 2>&1 && return 0
+		sleep 0.05
+	done
+	fail "the daemon did not come up: $(cat "$BATS_TEST_TMPDIR/daemon.err")"
+}
+
+stop_daemon() {
+	if [[ -n ${DAEMON_PID:-} ]]; then
+		kill -TERM "$DAEMON_PID" 2>/dev/null
+		wait "$DAEMON_PID" 2>/dev/null
+		DAEMON_PID=
+	fi
+}
+
+# stat_of NAME: one counter of the daemon's stats line.
+stat_of() {
+	"$FORKBOX" daemon --socket "$SOCK" --stats | tr ' ' '\n' | sed -n "s/^$1=//p"
+}
+
+# wait_ready N: until the daemon has N templates ready.
+wait_ready() {
+	local i
+	for i in $(seq 200); do
+		(($(stat_of ready) >= $1)) && return 0
+		sleep 0.05
+	done
+	fail "templates not ready: $("$FORKBOX" daemon --socket "$SOCK" --stats)"
+}
+
+# open_path_for_others: the bats tmpdirs are 0700; a container whose root is not host
+# root (user namespace) must still be able to reach its rootfs.
+open_path_for_others() {
+	local d=$BUNDLE
+	while [[ $d != / && $d != /tmp ]]; do
+		chmod o+x "$d"
+		d=$(dirname "$d")
+	done
+}
+
+zrun() {
+	"$FORKBOX" --root "$ROOT" --zygote="$SOCK" "$@"
+}
+
+@test "zygote: run takes a warm template, and the container gets fresh namespaces with lo up" {
+	start_daemon --pool 2 --warm "$BUNDLE"
+	wait_ready 2
+	set_args /bin/sh -c 'cat /sys/class/net/lo/flags; readlink /proc/self/ns/net'
+	run zrun run --bundle "$BUNDLE" "$CID"
+	assert_success
+	assert_equal "$(stat_of served)" 1
+	(( (${lines[0]} & 0x9) == 0x9 )) || fail "lo flags ${lines[0]}"
+	[[ ${lines[1]} != "$(readlink /proc/self/ns/net)" ]] || fail "the container shares the host's network namespace"
+	# Every template is used once.
+	run zrun run --bundle "$BUNDLE" "$CID-2"
+	assert_success
+	[[ ${lines[1]} != "$(zrun run --bundle "$BUNDLE" "$CID-3" | sed -n 2p)" ]] || fail "a template was used twice"
+}
+
+@test "zygote: create, start, exec, kill and delete of a warm container behave as cold ones" {
+	start_daemon --pool 2 --warm "$BUNDLE"
+	wait_ready 2
+	zrun create --bundle "$BUNDLE" "$CID" </dev/null >/dev/null 2>&1 3>&- 4>&-
+	assert_equal "$(stat_of served)" 1
+	runtime start "$CID"
+	wait_for_status "$CID" running
+	run runtime exec "$CID" /bin/fbhelper hostname
+	assert_success
+	local pid
+	pid=$(container_pid "$CID")
+	run runtime exec "$CID" /bin/fbhelper readlink /proc/self/ns/net
+	assert_output "$(readlink "/proc/$pid/ns/net")"
+	runtime kill "$CID" KILL
+	wait_for_status "$CID" stopped
+	runtime delete "$CID"
+	run runtime list -q
+	assert_output ""
+}
+
+@test "zygote: FORKBOX_ZYGOTE=1 with FORKBOX_SOCKET, and the run.forkbox.zygote annotation, opt in" {
+	start_daemon --pool 2 --warm "$BUNDLE"
+	wait_ready 2
+	set_args /bin/true
+	FORKBOX_ZYGOTE=1 FORKBOX_SOCKET=$SOCK runtime run --bundle "$BUNDLE" "$CID"
+	assert_equal "$(stat_of served)" 1
+	update_config '.annotations["run.forkbox.zygote"] = "true"'
+	FORKBOX_SOCKET=$SOCK runtime run --bundle "$BUNDLE" "$CID-a"
+	assert_equal "$(stat_of served)" 2
+	# Without any opt-in the daemon is not asked.
+	update_config 'del(.annotations["run.forkbox.zygote"])'
+	FORKBOX_SOCKET=$SOCK runtime run --bundle "$BUNDLE" "$CID-c"
+	assert_equal "$(stat_of served)" 2
+}
+
+@test "zygote: without a daemon, or after it was SIGKILLed, create falls back to the cold path" {
+	set_args /bin/fbhelper echo cold
+	run zrun --debug run --bundle "$BUNDLE" "$CID"
+	assert_success
+	assert_output --partial "cold"
+	start_daemon --pool 1
+	kill -KILL "$DAEMON_PID"
+	wait "$DAEMON_PID" || true
+	DAEMON_PID=
+	run zrun run --bundle "$BUNDLE" "$CID-2"
+	assert_success
+	assert_output "cold"
+	# A new daemon replaces the dead one's socket.
+	start_daemon --pool 1
+}
+
+@test "zygote: a kind of container the daemon has not seen is served cold, then kept warm" {
+	start_daemon --pool 2
+	set_args /bin/true
+	zrun run --bundle "$BUNDLE" "$CID"
+	assert_equal "$(stat_of missed)" 1
+	wait_ready 2
+	zrun run --bundle "$BUNDLE" "$CID-2"
+	assert_equal "$(stat_of served)" 1
+}
+
+@test "zygote: containers keep running across a daemon restart and later verbs work" {
+	start_daemon --pool 1 --warm "$BUNDLE"
+	wait_ready 1
+	zrun run --detach --bundle "$BUNDLE" "$CID" </dev/null >/dev/null 2>&1 3>&- 4>&-
+	wait_for_status "$CID" running
+	stop_daemon
+	run container_status "$CID"
+	assert_output running
+	start_daemon --pool 1
+	run runtime exec "$CID" /bin/fbhelper echo still here
+	assert_output "still here"
+	runtime delete --force "$CID"
+}
+
+@test "zygote: a user-namespace container is never given a template" {
+	start_daemon --pool 1 --warm "$BUNDLE"
+	wait_ready 1
+	open_path_for_others
+	update_config '.linux.namespaces += [{"type": "user"}]
+		| .linux.uidMappings = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+		| .linux.gidMappings = [{"containerID": 0, "hostID": 100000, "size": 65536}]'
+	set_args /bin/true
+	run zrun run --bundle "$BUNDLE" "$CID"
+	assert_success
+	assert_equal "$(stat_of served)" 0
+}
+
+@test "zygote: a container joining a network namespace by path takes ipc and uts from a template" {
+	make_netns "fbz-$$"
+	update_config ".linux.namespaces = [.linux.namespaces[] | select(.type != \"network\")] + [{\"type\": \"network\", \"path\": \"/var/run/netns/fbz-$$\"}]"
+	start_daemon --pool 1
+	set_args /bin/fbhelper readlink /proc/self/ns/net
+	zrun run --bundle "$BUNDLE" "$CID" >/dev/null # teaches the daemon this kind
+	wait_ready 1
+	run zrun run --bundle "$BUNDLE" "$CID-2"
+	assert_success
+	assert_output "net:[$(stat -L -c %i /var/run/netns/fbz-$$)]"
+	assert_equal "$(stat_of served)" 1
+}
+
+@test "zygote: 50 parallel creates all succeed, warm or cold" {
+	start_daemon --pool 4 --warm "$BUNDLE"
+	wait_ready 4
+	local i pids=()
+	for i in $(seq 50); do
+		zrun create --bundle "$BUNDLE" "$CID-$i" </dev/null >/dev/null 2>"$BATS_TEST_TMPDIR/c$i.err" 3>&- 4>&- &
+		pids+=($!)
+	done
+	local failed=0
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || failed=$((failed + 1))
+	done
+	assert_equal "$failed" 0
+	run runtime list -q
+	assert_equal "${#lines[@]}" 50
+	(($(stat_of served) + $(stat_of missed) == 50)) || fail "$("$FORKBOX" daemon --socket "$SOCK" --stats)"
+}
+
+@test "zygote: the daemon's socket is private and a stopped daemon leaves nothing behind" {
+	start_daemon --pool 3 --warm "$BUNDLE"
+	wait_ready 3
+	run stat -c %a "$SOCK"
+	assert_output 600
+	stop_daemon
+	[[ ! -e $SOCK ]] || fail "socket left behind"
+	run pgrep -P "$$" -f "daemon --socket $SOCK"
+	assert_failure
+}
+
+@test "zygote: a second daemon on a live socket refuses to start" {
+	start_daemon --pool 1
+	run "$FORKBOX" daemon --socket "$SOCK"
+	assert_failure
+	assert_output --partial "another daemon"
+}
