@@ -29,12 +29,14 @@ setup_file() {
 	nproc=$(ulimit -Hu)
 	[[ $nofile == unlimited || $nofile -gt 4096 ]] && nofile=4096
 	[[ $nproc == unlimited || $nproc -gt 8192 ]] && nproc=8192
+	# No static_dir: podman derives it from --root, and so does the cleanup command conmon
+	# runs at exit; a static_dir set here would give that command another database, and
+	# every `podman run` would wait 20 s for an exit it never records.
 	cat >"$PM_DIR/containers.conf" <<-EOF
 		[containers]
 		default_ulimits = ["nofile=$((nofile < 1024 ? nofile : 1024)):$nofile", "nproc=$((nproc / 2)):$nproc"]
 		netns = "none"
 		log_driver = "k8s-file"
-		pids_limit = 0
 
 		[network]
 		network_backend = "cni"
