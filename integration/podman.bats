@@ -761,7 +761,7 @@ $((160 << 20))
 	# Every container this file made, from podman's events log.
 	local ids id left=()
 	mapfile -t ids < <(jq -r 'select(.Type == "container") | .ID' "$PM_DIR/events.log" | sort -u)
-	[[ ${#ids[@]} -gt 10 ]] || fail "only ${#ids[@]} containers in the events log"
+	[[ ${#ids[@]} -gt 0 ]] || fail "no containers in the events log"
 	for id in "${ids[@]}"; do
 		[[ -e /run/forkbox/$id ]] && left+=("runtime state /run/forkbox/$id")
 		for d in /sys/fs/cgroup/*/libpod_parent/libpod-"$id"; do
@@ -769,6 +769,13 @@ $((160 << 20))
 		done
 		[[ -d $PM_DIR/graph/overlay-containers/$id ]] && left+=("storage of $id")
 		pgrep -f "conmon.* -c $id" >/dev/null && left+=("conmon of $id")
+	done
+	# Pods' cgroups (the pod's members live under libpod_parent/<pod id>).
+	mapfile -t ids < <(jq -r 'select(.Type == "pod") | .ID' "$PM_DIR/events.log" | sort -u)
+	for id in "${ids[@]}"; do
+		for d in /sys/fs/cgroup/*/libpod_parent/"$id"; do
+			[[ -e $d ]] && left+=("pod cgroup $d")
+		done
 	done
 	# Mounts: only the overlay driver's own home bind mount stays while the store lives.
 	local m
