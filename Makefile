@@ -25,7 +25,8 @@ STATIC_LIBS := -static -lseccomp -lyajl_s -lcap -lboost_program_options
 LIB_SRCS := $(sort $(wildcard oci/*.cpp libforkbox/*.cpp))
 CMD_SRCS := $(sort $(wildcard cmd/*.cpp))
 TEST_SRCS := $(sort $(wildcard tests/*.cpp))
-LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o)
+# exec_stub_blob.o carries the exec stub's bytes (see the rules for $(BUILD)/exec-stub).
+LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o) $(BUILD)/obj/libforkbox/exec_stub_blob.o
 CMD_OBJS := $(CMD_SRCS:%.cpp=$(BUILD)/obj/%.o)
 TEST_OBJS := $(TEST_SRCS:%.cpp=$(BUILD)/obj/%.o)
 
@@ -54,10 +55,29 @@ $(BUILD)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(FB_CXXFLAGS) -c -o $@ $<
 
+# The exec stub (libforkbox/exec_guard.hpp says why): freestanding, no libc, ~2 KB, one
+# read+exec segment. Fixed flags: sanitizer or PIE flags must never reach it.
+STUB_CFLAGS := -Os -ffreestanding -fno-builtin -fno-stack-protector -fno-pie -no-pie \
+	-fno-asynchronous-unwind-tables -fno-unwind-tables -nostdlib -static -s \
+	-Wl,--build-id=none -Wl,-z,noexecstack -Wl,-z,norelro -Wl,-z,noseparate-code \
+	-Wall -Wextra -Werror
+$(BUILD)/exec-stub: libforkbox/exec_stub.c
+	@mkdir -p $(BUILD)
+	$(CC) $(STUB_CFLAGS) -o $@ $<
+
+# Embeds the stub: .incbin finds $(BUILD)/exec-stub through -I$(BUILD).
+$(BUILD)/obj/libforkbox/exec_stub_blob.o: libforkbox/exec_stub_blob.S $(BUILD)/exec-stub
+	@mkdir -p $(dir $@)
+	$(CC) -c -I$(BUILD) -o $@ $<
+
 # The in-container test payload: static, so any rootfs can run it.
 $(BUILD)/fbhelper: integration/helper/fbhelper.c
 	@mkdir -p $(BUILD)
 	$(CC) -static -O2 -Wall -Wextra -o $@ $<
+
+# What the exec guard costs (not part of `all`): see bench/exec-stub-cost.cpp.
+$(BUILD)/bench-exec-stub: $(BUILD)/obj/bench/exec-stub-cost.o $(LIB_OBJS)
+	$(CXX) $(CXXFLAGS) $(FB_CXXFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 # Installs the Debian packages that building and testing need, only when missing.
 deps:

@@ -5,8 +5,12 @@
 # Every runtime runs the same config.json: runc's template plus the seccomp profile that
 # `forkbox spec` writes (--no-seccomp leaves it out).
 #
+# With zygote mode (unless --no-zygote) a `forkbox daemon` serves warm templates, and two
+# more subjects run: `forkbox --zygote run`, and `forkbox --zygote create` + `start` + wait
+# for the container's exit (the delete after it is not timed).
+#
 # usage: bench/run-true.sh [-n RUNS] [-w WARMUP] [--no-crun] [--no-seccomp] [--shared-root]
-#                          [-b BUNDLE_DIR]
+#                          [--no-zygote] [-b BUNDLE_DIR]
 #   -n RUNS        timed runs per runtime (default 200)
 #   -w WARMUP      untimed runs per runtime first (default 5)
 #   --no-crun      leave crun out even when it is installed
@@ -14,6 +18,7 @@
 #   --shared-root  one --root per runtime for all its runs, as a container manager keeps it;
 #                  forkbox's compiled-seccomp cache in the root is then warm after the
 #                  first run (with a fresh root per run, forkbox compiles every time)
+#   --no-zygote    no daemon, no zygote subjects
 #   -b DIR         where the demo bundle is built or reused
 #                  (default $BENCH_DIR/bundle; BENCH_DIR defaults to /var/tmp/forkbox-bench)
 # environment:
@@ -39,6 +44,7 @@ warmup=5
 use_crun=1
 use_seccomp=1
 shared_root=0
+use_zygote=1
 bench_dir=${BENCH_DIR:-/var/tmp/forkbox-bench}
 bundle=
 
@@ -55,6 +61,7 @@ while [[ $# -gt 0 ]]; do
 	--no-crun) use_crun=0; shift ;;
 	--no-seccomp) use_seccomp=0; shift ;;
 	--shared-root) shared_root=1; shift ;;
+	--no-zygote) use_zygote=0; shift ;;
 	-h | --help) usage 0 ;;
 	*) echo "run-true.sh: unknown argument $1" >&2; usage 2 ;;
 	esac
@@ -129,6 +136,19 @@ if [[ $use_crun -eq 1 ]]; then
 	crun_used=$CRUN
 fi
 export BENCH_FORKBOX=$FORKBOX BENCH_RUNC=$RUNC BENCH_CRUN=$crun_used
+export BENCH_ZYGOTE_SOCKET=
+daemon_pid=
+if [[ $use_zygote -eq 1 ]] && "$FORKBOX" daemon --help >/dev/null 2>&1; then
+	BENCH_ZYGOTE_SOCKET=$work/zygote.sock
+	"$FORKBOX" daemon --socket "$BENCH_ZYGOTE_SOCKET" --pool 8 --warm "$bundle" \
+		</dev/null >/dev/null 2>"$work/daemon.err" &
+	daemon_pid=$!
+	trap 'kill -TERM $daemon_pid 2>/dev/null; wait $daemon_pid 2>/dev/null; rm -rf "$work"' EXIT
+	for _ in $(seq 100); do
+		"$FORKBOX" daemon --socket "$BENCH_ZYGOTE_SOCKET" --stats >/dev/null 2>&1 && break
+		sleep 0.05
+	done
+fi
 
 python3 - <<'PY'
 import math
@@ -170,6 +190,22 @@ if crun:
     subjects["crun"] = (runtime_cmd(crun, wrap=True), crun, True)
     subjects["wrapper"] = (lambda root, cid: WRAP + ["/bin/true"], None, False)
 
+zsock = os.environ.get("BENCH_ZYGOTE_SOCKET")
+if zsock:
+    import ctypes
+    # Orphaned container inits (their `create` has exited) come to us, so we can wait.
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    fb = os.environ["BENCH_FORKBOX"]
+    subjects["forkbox --zygote run"] = (
+        lambda root, cid: [fb, "--root", root, "--zygote=" + zsock, "run", "--bundle", bundle, cid], fb, False)
+
+    def create_start_wait(root, cid):
+        return ("sequence", [
+            [fb, "--root", root, "--zygote=" + zsock, "create", "--bundle", bundle,
+             "--pid-file", os.path.join(root, cid + ".pid"), cid],
+            [fb, "--root", root, "start", cid]], os.path.join(root, cid + ".pid"))
+    subjects["forkbox --zygote create+start+wait"] = (create_start_wait, fb, False)
+
 samples = {name: [] for name in subjects}
 failures = {name: 0 for name in subjects}
 last_error = {}
@@ -180,14 +216,33 @@ def once(name, record):
     global seq
     seq += 1
     build, binary, wrap = subjects[name]
-    cid = "bench-%d-%d-%s" % (os.getpid(), seq, name)
-    root = os.path.join(work, "root-" + name if shared_root else cid)
+    tag = "".join(c if c.isalnum() else "-" for c in name)
+    cid = "bench-%d-%d-%s" % (os.getpid(), seq, tag)
+    root = os.path.join(work, "root-" + tag if shared_root else cid)
     os.makedirs(root, exist_ok=True)
     argv = build(root, cid)
     t0 = time.perf_counter_ns()
-    proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE)
-    elapsed = time.perf_counter_ns() - t0
+    if argv[0] == "sequence":
+        # Not a pipe: the waiting init would hold it open, and create would never "finish".
+        with open(os.path.join(root, cid + ".err"), "w+b") as err:
+            for step in argv[1]:
+                proc = subprocess.run(step, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+                if proc.returncode != 0:
+                    err.seek(0)
+                    proc.stderr = err.read()
+                    break
+        if proc.returncode == 0:
+            try:
+                os.waitpid(int(open(argv[2]).read()), 0)
+            except (OSError, ValueError):
+                pass
+        elapsed = time.perf_counter_ns() - t0
+        if proc.returncode == 0:
+            cleanup(binary, wrap, root, cid)
+    else:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
+        elapsed = time.perf_counter_ns() - t0
     if proc.returncode != 0:
         failures[name] += 1
         last_error[name] = "exit %d: %s" % (proc.returncode, proc.stderr.decode(errors="replace").strip())
@@ -232,18 +287,18 @@ for name in order:
     if v:
         stats[name] = (statistics.median(v), p90(v), len(v))
 
-print("runtime                    runs   median ms     p90 ms   failed")
+print("runtime                                runs   median ms     p90 ms   failed")
 labels = {"crun": "crun (minus wrapper)", "wrapper": "crun wrapper alone"}
 wrapper = stats.get("wrapper")
 for name in order:
     if name not in stats:
-        print("%-24s %6d %11s %10s %8d" % (labels.get(name, name), 0, "-", "-", failures[name]))
+        print("%-36s %6d %11s %10s %8d" % (labels.get(name, name), 0, "-", "-", failures[name]))
         continue
     med, q90, n = stats[name]
     if name == "crun" and wrapper:
         med, q90 = med - wrapper[0], q90 - wrapper[0]
         stats["crun"] = (med, q90, n)
-    print("%-24s %6d %11.2f %10.2f %8d" % (labels.get(name, name), n, med, q90, failures[name]))
+    print("%-36s %6d %11.2f %10.2f %8d" % (labels.get(name, name), n, med, q90, failures[name]))
     if failures[name] and name in last_error:
         print("    last failure: %s" % last_error[name][:300])
 
@@ -253,6 +308,11 @@ if fb:
         if other in stats:
             print("ratio %s/forkbox: median %.2f, p90 %.2f" % (
                 other, stats[other][0] / fb[0], stats[other][1] / fb[1]))
+    for warm in ("forkbox --zygote run", "forkbox --zygote create+start+wait"):
+        if warm in stats:
+            for other in ("runc", "crun", "forkbox"):
+                if other in stats:
+                    print("ratio %s/(%s): median %.2f" % (other, warm, stats[other][0] / stats[warm][0]))
 if os.path.realpath(os.environ["BENCH_FORKBOX"]) == os.path.realpath(os.environ["BENCH_RUNC"]):
     print("note: FORKBOX is runc, so forkbox/runc compares runc with itself")
 sys.exit(1 if any(failures[n] for n in order) else 0)

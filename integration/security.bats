@@ -229,3 +229,165 @@ use_default_seccomp() {
 	assert_output "mount errno=1"
 	[ "$(stat -c %s "${entries[0]}")" -gt 100 ] || fail "the damaged entry was not replaced"
 }
+
+# ---------------------------------------------------------------------------------------
+# CVE-2019-5736 class, the exec half (issue #3): the host's runtime binary behind
+# /proc/self/exe. forkbox's container process is a fork of the forkbox binary, so its
+# final exec goes through a sealed memfd stub (libforkbox/exec_guard.hpp): a program
+# starting "#!/proc/self/exe" must get the stub as its interpreter, never the host file.
+# Each test runs the runtime from a copy in its tmpdir and compares the copy's sha256
+# before and after, so a failure damages only the copy.
+
+# use_runtime_copy: points $FORKBOX (for this test) at a copy of the runtime binary named
+# fbhost-runtime, whose path the attacker below looks for.
+use_runtime_copy() {
+	RUNTIME_COPY=$BATS_TEST_TMPDIR/fbhost-runtime
+	cp "$FORKBOX" "$RUNTIME_COPY"
+	FORKBOX=$RUNTIME_COPY
+	RUNTIME_SHA=$(sha256sum <"$RUNTIME_COPY")
+}
+
+# assert_runtime_copy_unchanged: the copy still has the sha256 use_runtime_copy saw.
+assert_runtime_copy_unchanged() {
+	[[ $(sha256sum <"$RUNTIME_COPY") == "$RUNTIME_SHA" ]] || fail "the container modified the host's runtime binary"
+}
+
+# add_self_exe_script PATH (in $BUNDLE/rootfs): a script whose interpreter is /proc/self/exe.
+add_self_exe_script() {
+	printf '#!/proc/self/exe\n' >"$BUNDLE/rootfs$1"
+	chmod 755 "$BUNDLE/rootfs$1"
+}
+
+# exec_failure_flag: `run`'s status check for a container process whose exec fails:
+# forkbox exits 127 (runc's code differs, so any failure there).
+exec_failure_flag() {
+	if is_runc; then echo '!'; else echo -127; fi
+}
+
+# refute_exe_hunt_hits ID: the exe-hunt attacker in container ID finished and neither
+# opened nor wrote any binary with fbhost-runtime in its path.
+refute_exe_hunt_hits() {
+	wait_for_output "$1" "hunt done" 30
+	run container_out "$1"
+	refute_line --regexp '^(open|wrote) '
+	assert_line "hunt done"
+}
+
+@test "a container process that is a #!/proc/self/exe script cannot reach the host's runtime binary" {
+	use_runtime_copy
+	add_self_exe_script /evil
+	set_args /evil
+	run "$(exec_failure_flag)" --separate-stderr runtime run --bundle "$BUNDLE" "$CID"
+	# forkbox: the stub stood in as the interpreter and refused to run as one.
+	if ! is_runc; then
+		assert_failure 127
+		assert_stderr_contains "forkbox-exec: not to be run directly"
+	fi
+	assert_runtime_copy_unchanged
+}
+
+@test "a container sharing the pid namespace cannot open the runtime binary through /proc/PID/exe" {
+	use_runtime_copy
+	# The attacker: holds every /proc/PID/exe naming fbhost-runtime it can open, then writes.
+	set_args /bin/fbhelper exe-hunt 3 fbhost-runtime
+	run_detached attacker
+	wait_for_output attacker hunting
+	local attacker_pid
+	attacker_pid=$(container_pid attacker)
+	# The victims join its pid namespace and exec a #!/proc/self/exe script (their init,
+	# still the runtime binary before that, is not dumpable: readlink and open fail).
+	local victim=$BATS_TEST_TMPDIR/victim i
+	make_bundle "$victim" /evil
+	printf '#!/proc/self/exe\n' >"$victim/rootfs/evil"
+	chmod 755 "$victim/rootfs/evil"
+	# A 5% cpu quota stretches the victims' life, and so the attacker's window (a
+	# runtime without the guard is then caught every time, not now and then).
+	jq_edit "$victim/config.json" '.linux.namespaces |= map(if .type == "pid" then .path = $p else . end)
+		| .linux.resources.cpu = {"quota": 1000, "period": 20000}' --arg p "/proc/$attacker_pid/ns/pid"
+	for i in 1 2 3 4 5; do
+		run "$(exec_failure_flag)" runtime run --bundle "$victim" "$CID-victim$i"
+	done
+	refute_exe_hunt_hits attacker
+	assert_runtime_copy_unchanged
+}
+
+@test "a process hunting /proc/PID/exe cannot open the runtime binary while exec joins its container" {
+	if ! runtime exec --help >/dev/null 2>&1; then
+		skip_until_issue 4 "exec is not implemented yet"
+	fi
+	use_runtime_copy
+	add_self_exe_script /evil
+	set_args /bin/fbhelper exe-hunt 3 fbhost-runtime
+	run_detached "$CID"
+	wait_for_output "$CID" hunting
+	local i
+	for i in 1 2 3 4 5; do
+		run "$(exec_failure_flag)" runtime exec "$CID" /evil
+		run runtime exec "$CID" /bin/fbhelper true
+		assert_success
+	done
+	refute_exe_hunt_hits "$CID"
+	assert_runtime_copy_unchanged
+}
+
+# The stub is exec'd with execveat on its memfd; a profile refusing execveat (even by
+# killing) must neither break the container nor reopen the hole.
+@test "a seccomp profile that refuses execveat with an errno still runs the container, guarded" {
+	update_config '.linux.seccomp = {"defaultAction": "SCMP_ACT_ALLOW",
+		"syscalls": [{"names": ["execveat"], "action": "SCMP_ACT_ERRNO"}]}'
+	run_helper echo through
+	assert_success
+	assert_output through
+	use_runtime_copy
+	add_self_exe_script /evil
+	set_args /evil
+	run "$(exec_failure_flag)" --separate-stderr runtime run --bundle "$BUNDLE" "$CID-2"
+	if ! is_runc; then
+		assert_failure 127
+		assert_stderr_contains "forkbox-exec: not to be run directly"
+	fi
+	assert_runtime_copy_unchanged
+}
+
+@test "a seccomp profile that kills on execveat still runs the container, with or without noNewPrivileges" {
+	update_config '.linux.seccomp = {"defaultAction": "SCMP_ACT_ALLOW",
+		"syscalls": [{"names": ["execveat"], "action": "SCMP_ACT_KILL_PROCESS"}]}'
+	run_helper echo nnp
+	assert_success
+	assert_output nnp
+	update_config '.process.noNewPrivileges = false'
+	run_helper echo privs
+	assert_success
+	assert_output privs
+}
+
+@test "a container without /proc whose profile refuses execveat runs its process" {
+	skip_if_runc "it needs /proc in the container (error closing exec fds: open /proc/self/fd)"
+	update_config '.mounts |= map(select(.destination != "/proc"))
+		| .linux.maskedPaths = [] | .linux.readonlyPaths = []
+		| .linux.seccomp = {"defaultAction": "SCMP_ACT_ALLOW",
+			"syscalls": [{"names": ["execveat"], "action": "SCMP_ACT_ERRNO"}]}'
+	run_helper echo no proc
+	assert_success
+	assert_output "no proc"
+	add_self_exe_script /evil
+	set_args /evil
+	# No /proc: the script's interpreter does not exist.
+	run -127 --separate-stderr runtime run --bundle "$BUNDLE" "$CID-2"
+	assert_stderr_contains 'exec: "/evil": no such file or directory'
+}
+
+@test "an exec'd file the kernel cannot run is still reported by exec and run (through the stub)" {
+	printf 'not a program\n' >"$BUNDLE/rootfs/junk"
+	chmod 755 "$BUNDLE/rootfs/junk"
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	wait_for_status "$CID" running
+	run ! --separate-stderr runtime exec "$CID" /junk
+	assert_stderr_contains "exec format error"
+	run ! --separate-stderr runtime exec --detach "$CID" /junk
+	assert_stderr_contains "exec format error"
+	set_args /junk
+	run ! --separate-stderr runtime run --bundle "$BUNDLE" "$CID-2"
+	assert_stderr_contains "exec format error"
+}

@@ -12,6 +12,7 @@
 #include "libforkbox/cgroup_resources.hpp"
 #include "libforkbox/cgroups.hpp"
 #include "libforkbox/container.hpp"
+#include "libforkbox/exec_guard.hpp"
 #include "libforkbox/hooks.hpp"
 #include "libforkbox/init.hpp"
 #include "libforkbox/log.hpp"
@@ -248,6 +249,8 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     if (args.intermediate)
         for (auto& ns : warm) namespaces.push_back(std::move(ns));
     if (seccomp) args.seccomp = &*seccomp;
+    FB_ASSIGN(unique_fd exec_stub, make_exec_stub());
+    args.exec_stub_fd = exec_stub.get();
 
     // Namespaces come with the clone itself, except those init unshares later and, on the
     // intermediate path, all of them (joins must happen first).

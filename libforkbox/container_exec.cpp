@@ -19,6 +19,7 @@
 
 #include "libforkbox/cgroups.hpp"
 #include "libforkbox/container.hpp"
+#include "libforkbox/exec_guard.hpp"
 #include "libforkbox/foreground.hpp"
 #include "libforkbox/pidfd.hpp"
 #include "libforkbox/process.hpp"
@@ -75,6 +76,8 @@ struct ExecChild {
     int preserve_fds = 0;
     const SeccompProgram* seccomp = nullptr;
     std::string keyring;  // empty: keep the caller's
+    int exec_stub_fd = -1;   // make_exec_stub(): the final exec goes through it
+    int exec_error_fd = -1;  // the stub writes a failed exec's errno here
 };
 
 Result<void> run_exec_child(ExecChild& a) {
@@ -89,7 +92,7 @@ Result<void> run_exec_child(ExecChild& a) {
     if (a.root_fd >= 0 && (::fchdir(a.root_fd) < 0 || ::chroot(".") < 0)) return sys_error("enter container root");
     // Host fds (the state dir, cgroup files, the pidfd) have done their job: none may be
     // reachable through /proc/self/fd from here on. Keep the preserved range and our sockets.
-    close_fds_except(3 + a.preserve_fds, {a.sync_fd, a.console_fd});
+    close_fds_except(3 + a.preserve_fds, {a.sync_fd, a.console_fd, a.exec_stub_fd, a.exec_error_fd});
     if (::setsid() < 0) return sys_error("setsid");
     if (!a.keyring.empty() && ::syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, a.keyring.c_str()) < 0 &&
         errno != ENOSYS && errno != EACCES && errno != EPERM)
@@ -115,8 +118,8 @@ Result<void> run_exec_child(ExecChild& a) {
     ::prctl(PR_SET_PDEATHSIG, 0);
     sys::close_range(static_cast<unsigned>(3 + a.preserve_fds), ~0U, CLOSE_RANGE_CLOEXEC);
     if (a.seccomp && proc.no_new_privileges) FB_TRY(load_seccomp(*a.seccomp));
-    ::execve(exe.c_str(), argv.data(), envp.data());
-    return fail(0, "exec: \"" + proc.args[0] + "\": " + go_errno_text(errno));
+    auto exec = exec_through_stub(a.exec_stub_fd, exe, argv.data(), envp.data(), a.seccomp, a.exec_error_fd);
+    return fail(0, "exec: \"" + proc.args[0] + "\": " + go_errno_text(exec.error().errnum()));
 }
 
 [[noreturn]] void exec_child(ExecChild& a) {
@@ -265,6 +268,12 @@ Result<int> exec_container(const StateStore& store, const ExecOptions& opt) {
     if (seccomp) child_args.seccomp = &*seccomp;
     // Like init, never the caller's session keyring.
     child_args.keyring = "_ses." + opt.id;
+    FB_ASSIGN(unique_fd exec_stub, make_exec_stub());
+    child_args.exec_stub_fd = exec_stub.get();
+    int ep[2];
+    if (::pipe2(ep, O_CLOEXEC) < 0) return sys_error("exec error pipe");
+    unique_fd exec_error(ep[0]), exec_error_child(ep[1]);
+    child_args.exec_error_fd = exec_error_child.get();
 
     // Non-dumpable before anything of ours is visible inside: the child inherits it and
     // keeps it until execve.
@@ -280,6 +289,7 @@ Result<int> exec_container(const StateStore& store, const ExecOptions& opt) {
     }
     ChildGuard guard(child);
     child_end.reset();
+    exec_error_child.reset();
     console_fd.reset();
     task_files.clear();
 
@@ -290,6 +300,9 @@ Result<int> exec_container(const StateStore& store, const ExecOptions& opt) {
         return fail(EPROTO, std::string("sync: unexpected message ") + sync_type_name(msg->type));
     }
     if (msg.error().errnum() != EPIPE) return std::unexpected(msg.error());
+    // EOF on the sync socket: the stub runs. EOF here: it exec'd the program; else its errno.
+    if (int err = 0; ::read(exec_error.get(), &err, sizeof err) == sizeof err)
+        return fail(0, "exec: \"" + proc.args[0] + "\": " + go_errno_text(err));
     if (!opt.pid_file.empty()) FB_TRY(write_pid_file(opt.pid_file, child));
     if (opt.detach) {
         guard.dismiss();

@@ -11,6 +11,7 @@
 
 #include <cstdio>
 
+#include "libforkbox/exec_guard.hpp"
 #include "libforkbox/hooks.hpp"
 #include "libforkbox/process.hpp"
 #include "libforkbox/rootfs.hpp"
@@ -160,8 +161,8 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     // No host fd may survive into the container (CVE-2024-21626 class).
     sys::close_range(static_cast<unsigned>(3 + a.preserve_fds), ~0U, CLOSE_RANGE_CLOEXEC);
     if (a.seccomp && proc.no_new_privileges) FB_TRY(load_seccomp(*a.seccomp));
-    ::execve(exe.c_str(), argv.data(), envp.data());
-    return fail(0, "exec: \"" + proc.args[0] + "\": " + go_errno_text(errno));
+    auto exec = exec_through_stub(a.exec_stub_fd, exe, argv.data(), envp.data(), a.seccomp);
+    return fail(0, "exec: \"" + proc.args[0] + "\": " + go_errno_text(exec.error().errnum()));
 }
 
 }  // namespace

@@ -27,6 +27,7 @@ struct InitArgs {
     int warm_namespaces = 0;    // CLONE_NEW* that came ready-made from a zygote template
     bool intermediate = false;  // this process joins namespaces and forks init itself
     const SeccompProgram* seccomp = nullptr;  // compiled by the parent; null without linux.seccomp
+    int exec_stub_fd = -1;  // make_exec_stub()'s sealed memfd: the final exec goes through it
 };
 
 // Runs in the cloned child and never returns: it execs the container process or reports

