@@ -33,6 +33,9 @@ TEST_OBJS := $(TEST_SRCS:%.cpp=$(BUILD)/obj/%.o)
 DEB_PACKAGES := build-essential pkg-config git libseccomp-dev libyajl-dev libcap-dev \
 	libboost-program-options-dev libgtest-dev bats bats-assert bats-support busybox-static \
 	jq runc iproute2 procps util-linux python3
+# integration/podman.bats: podman (with conmon and catatonit for --init) drives forkbox;
+# bsdutils' `script` gives `podman run -it` a terminal.
+DEB_PACKAGES += podman conmon catatonit bsdutils
 # integration/containerd.bats and bench/managers-containerd.sh: containerd brings ctr and the shims;
 # python3-grpcio drives its CRI plugin (integration/helper/cri-client.py; no crictl in Debian).
 DEB_PACKAGES += containerd python3-grpcio python3-protobuf

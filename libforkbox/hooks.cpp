@@ -9,6 +9,7 @@
 
 #include "libforkbox/fd.hpp"
 #include "libforkbox/pidfd.hpp"
+#include "libforkbox/signals.hpp"
 #include "libforkbox/syscalls.hpp"
 
 namespace forkbox {
@@ -28,6 +29,7 @@ int64_t now_ms() {
     ::dup2(stdin_fd, 0);
     ::dup2(out_fd, 1);
     ::dup2(out_fd, 2);
+    reset_signal_dispositions();
     sigset_t all;
     sigemptyset(&all);
     sigprocmask(SIG_SETMASK, &all, nullptr);

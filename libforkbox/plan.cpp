@@ -1,6 +1,7 @@
 #include "libforkbox/plan.hpp"
 
 #include <sched.h>
+#include <sys/personality.h>
 #include <sys/mount.h>
 
 #include <array>
@@ -313,6 +314,8 @@ Result<Plan> make_plan(const oci::Spec& spec, const PlanOptions& options) {
     plan.set_domainname = !spec.domainname.empty();
     for (const auto& [k, v] : linux.sysctl) plan.sysctl.emplace_back(k, v);
     for (const auto& [k, v] : linux.time_offsets) plan.time_offsets.emplace_back(k, v);
+    // The domain is validated (LINUX or LINUX32); the spec defines no flags yet.
+    if (linux.personality) plan.personality = linux.personality->domain == "LINUX32" ? PER_LINUX32 : PER_LINUX;
 
     if (spec.process) plan.process = *spec.process;
     if (plan.process.cwd.empty()) plan.process.cwd = "/";

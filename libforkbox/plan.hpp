@@ -96,6 +96,9 @@ struct Plan {
     bool set_hostname = false, set_domainname = false;
     std::vector<std::pair<std::string, std::string>> sysctl;  // name (dots), value
     std::vector<std::pair<std::string, oci::TimeOffset>> time_offsets;
+    // linux.personality as the personality(2) persona (PER_LINUX, PER_LINUX32), set by init
+    // just before execve; none: inherit the runtime's.
+    std::optional<unsigned long> personality;
 
     // Process.
     oci::Process process;

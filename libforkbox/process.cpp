@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <sys/personality.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -131,6 +132,11 @@ Result<void> set_oom_score_adj(int value) {
     int e = errno;
     ::close(fd);
     if (n < 0) return sys_error(e, "set oom_score_adj to " + text);
+    return {};
+}
+
+Result<void> set_personality(unsigned long persona) {
+    if (::personality(persona) < 0) return sys_error("personality " + std::to_string(persona));
     return {};
 }
 

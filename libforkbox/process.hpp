@@ -27,6 +27,8 @@ Result<void> become_namespace_root();
 
 Result<void> apply_rlimits(const std::vector<oci::Rlimit>& rlimits);
 Result<void> set_oom_score_adj(int value);
+// personality(2): the execution domain (Plan::personality), inherited across execve.
+Result<void> set_personality(unsigned long persona);
 
 // Finds args[0] as execve would after PATH lookup in the container's environment.
 // Error text matches runc's, which podman maps to exit codes 126/127.

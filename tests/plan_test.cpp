@@ -749,6 +749,15 @@ TEST(Plan, SysctlsAreCopied) {
     EXPECT_EQ(p.sysctl[0].second, "1");
 }
 
+TEST(Plan, PersonalityDomainBecomesAPersona) {
+    Spec s = minimal_spec();
+    EXPECT_FALSE(plan_of(s).personality.has_value());
+    s.linux->personality = Personality{"LINUX32", {}};
+    EXPECT_EQ(plan_of(s).personality, 0x0008ul);  // PER_LINUX32
+    s.linux->personality = Personality{"LINUX", {}};
+    EXPECT_EQ(plan_of(s).personality, 0ul);  // PER_LINUX
+}
+
 TEST(Plan, TimeOffsetsAreCopied) {
     Spec s = minimal_spec();
     s.linux->time_offsets = {{"monotonic", TimeOffset{86400, 5}}};

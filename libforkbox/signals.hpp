@@ -1,0 +1,14 @@
+// Signal state a new container process (init, exec, hook) starts from.
+#pragma once
+
+namespace forkbox {
+
+// Every catchable signal back to its default action (SIG_DFL). execve resets handlers but
+// keeps SIG_IGN, so without this a process inherits what the runtime's caller ignores:
+// conmon ignores SIGPIPE, and a container under podman then gets EPIPE where a pipeline
+// (`yes | head`) expects to die quietly, and its shell cannot trap SIGPIPE (POSIX: a signal
+// ignored on entry stays ignored). runc (Go) and crun start processes with SIG_DFL.
+// Async-signal-safe: only sigaction, for use between clone and execve.
+void reset_signal_dispositions();
+
+}  // namespace forkbox

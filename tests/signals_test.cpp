@@ -1,0 +1,53 @@
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include "libforkbox/signals.hpp"
+
+using namespace forkbox;
+
+namespace {
+
+void on_usr1(int) {}
+
+void* handler_of(int sig) {
+    struct sigaction sa = {};
+    EXPECT_EQ(::sigaction(sig, nullptr, &sa), 0);
+    return reinterpret_cast<void*>(sa.sa_handler);
+}
+
+// Saves and restores the dispositions a test changes, so the test binary is left as found.
+class SignalDispositions : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        ::sigaction(SIGPIPE, nullptr, &pipe_);
+        ::sigaction(SIGUSR1, nullptr, &usr1_);
+        ::sigaction(SIGCHLD, nullptr, &chld_);
+        ::sigaction(SIGRTMIN + 1, nullptr, &rt_);
+    }
+    void TearDown() override {
+        ::sigaction(SIGPIPE, &pipe_, nullptr);
+        ::sigaction(SIGUSR1, &usr1_, nullptr);
+        ::sigaction(SIGCHLD, &chld_, nullptr);
+        ::sigaction(SIGRTMIN + 1, &rt_, nullptr);
+    }
+    struct sigaction pipe_ = {}, usr1_ = {}, chld_ = {}, rt_ = {};
+};
+
+}  // namespace
+
+TEST_F(SignalDispositions, IgnoredSignalsGoBackToDefault) {
+    ::signal(SIGPIPE, SIG_IGN);
+    ::signal(SIGCHLD, SIG_IGN);
+    ::signal(SIGRTMIN + 1, SIG_IGN);
+    reset_signal_dispositions();
+    EXPECT_EQ(handler_of(SIGPIPE), reinterpret_cast<void*>(SIG_DFL));
+    EXPECT_EQ(handler_of(SIGCHLD), reinterpret_cast<void*>(SIG_DFL));
+    EXPECT_EQ(handler_of(SIGRTMIN + 1), reinterpret_cast<void*>(SIG_DFL));
+}
+
+TEST_F(SignalDispositions, HandledSignalsGoBackToDefault) {
+    ::signal(SIGUSR1, on_usr1);
+    reset_signal_dispositions();
+    EXPECT_EQ(handler_of(SIGUSR1), reinterpret_cast<void*>(SIG_DFL));
+}
