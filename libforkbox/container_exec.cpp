@@ -25,6 +25,7 @@
 #include "libforkbox/process.hpp"
 #include "libforkbox/seccomp.hpp"
 #include "libforkbox/seccomp_cache.hpp"
+#include "libforkbox/signals.hpp"
 #include "libforkbox/sync.hpp"
 #include "libforkbox/syscalls.hpp"
 #include "libforkbox/terminal.hpp"
@@ -86,6 +87,7 @@ Result<void> run_exec_child(ExecChild& a) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    reset_signal_dispositions();
 
     FB_TRY(join_v1_cgroups(a.cgroup_task_fds));
     if (a.ns_flags && ::setns(a.pidfd, a.ns_flags) < 0) return sys_error("join the container's namespaces");

@@ -16,6 +16,7 @@
 #include "libforkbox/process.hpp"
 #include "libforkbox/rootfs.hpp"
 #include "libforkbox/seccomp.hpp"
+#include "libforkbox/signals.hpp"
 #include "libforkbox/state.hpp"
 #include "libforkbox/sync.hpp"
 #include "libforkbox/terminal.hpp"
@@ -67,6 +68,9 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    // SIG_IGN survives execve: what the caller ignored (conmon ignores SIGPIPE) must not
+    // reach the container.
+    reset_signal_dispositions();
 
     // Into the v1 cgroups before anything else can fork (v2: clone3 put us there).
     FB_TRY(join_v1_cgroups(a.cgroup_task_fds));
@@ -123,6 +127,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     }
     FB_TRY(apply_rlimits(proc.rlimits));
     if (proc.oom_score_adj) FB_TRY(set_oom_score_adj(*proc.oom_score_adj));
+    if (plan.personality) FB_TRY(set_personality(*plan.personality));
     FB_TRY(enter_cwd(proc.cwd));
 
     // Without no_new_privs, installing a filter needs CAP_SYS_ADMIN: load it while init still
