@@ -40,7 +40,7 @@ DEB_PACKAGES += podman conmon catatonit bsdutils
 # python3-grpcio drives its CRI plugin (integration/helper/cri-client.py; no crictl in Debian).
 DEB_PACKAGES += containerd python3-grpcio python3-protobuf
 
-.PHONY: all deps demo test unit integration install uninstall bench check-asan conformance clean
+.PHONY: all deps demo test unit integration install uninstall bench bench-managers check-asan conformance clean
 
 all: $(BUILD)/forkbox $(BUILD)/fbhelper
 
@@ -112,7 +112,11 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/forkbox
 
 bench: all
-	./bench/run-true.sh
+	./bench/run-true.sh --shared-root
+
+# The managers' view: podman and containerd with forkbox against runc.
+bench-managers: all
+	./bench/managers.sh
 
 # Unit and integration tests under AddressSanitizer and UndefinedBehaviorSanitizer. GCC 12 at
 # -O1 with sanitizers warns maybe-uninitialized inside std::optional (false positives).
