@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "libforkbox/signals.hpp"
 
@@ -50,4 +53,27 @@ TEST_F(SignalDispositions, HandledSignalsGoBackToDefault) {
     ::signal(SIGUSR1, on_usr1);
     reset_signal_dispositions();
     EXPECT_EQ(handler_of(SIGUSR1), reinterpret_cast<void*>(SIG_DFL));
+}
+
+// glibc refuses to touch signals 32 and 33, but a caller may have them ignored (podman's
+// conmon chain does): the reset must reach them through the kernel. In a child, so the
+// test binary's own (glibc-internal) handlers stay as they were.
+TEST(SignalReset, ReachesTheSignalsGlibcKeeps) {
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        struct {
+            void (*handler)(int);
+            unsigned long flags;
+            void (*restorer)();
+            unsigned long mask;
+        } ign{SIG_IGN, 0, nullptr, 0}, now{};
+        if (::syscall(SYS_rt_sigaction, 32, &ign, nullptr, sizeof ign.mask) != 0) _exit(2);
+        reset_signal_dispositions();
+        if (::syscall(SYS_rt_sigaction, 32, nullptr, &now, sizeof now.mask) != 0) _exit(3);
+        _exit(now.handler == SIG_DFL ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
