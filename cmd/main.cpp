@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <csignal>
 #include <iostream>
 #include <map>
 #include <string_view>
@@ -73,6 +74,10 @@ constexpr GlobalFlag kGlobalFlags[] = {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // A hook that does not read its stdin, or a closed stdout, is an EPIPE to handle, not a
+    // reason to die. Container processes and hooks get default dispositions back
+    // (reset_signal_dispositions), so this stays with forkbox itself.
+    ::signal(SIGPIPE, SIG_IGN);
     Globals g;
     g.root = "/run/forkbox";
     if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg && ::geteuid() != 0)

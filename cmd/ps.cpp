@@ -1,4 +1,5 @@
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,9 +31,18 @@ Result<std::string> run_ps(const std::vector<std::string>& ps_args) {
     std::vector<char*> argv;
     for (auto& a : argv_s) argv.push_back(a.data());
     argv.push_back(nullptr);
+    // forkbox ignores SIGPIPE; ps gets the default back.
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t pipe_only;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    posix_spawnattr_setsigdefault(&attr, &pipe_only);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
     pid_t pid;
-    int err = posix_spawnp(&pid, "ps", &fa, nullptr, argv.data(), environ);
+    int err = posix_spawnp(&pid, "ps", &fa, &attr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
     if (err != 0) return sys_error(err, "run ps");
     wr.reset();
     std::string out;

@@ -1048,3 +1048,14 @@ failing_hook_leaves_nothing() {
 	# IFF_UP (0x1) | IFF_LOOPBACK (0x8); RUNNING (0x40) follows once the kernel agrees.
 	(( ($output & 0x9) == 0x9 )) || fail "lo flags $output"
 }
+
+@test "a hook that does not read its stdin does not kill the runtime (SIGPIPE)" {
+	# More state than a pipe holds: the write to the hook's stdin meets EPIPE for sure.
+	update_config '.annotations.big = ("x" * 200000) | .hooks.poststop = [{"path": "/bin/true"}]
+		| .hooks.prestart = [{"path": "/bin/true"}]'
+	set_args /bin/fbhelper true
+	run runtime run --bundle "$BUNDLE" "$CID"
+	assert_success
+	run runtime list -q
+	assert_output ""
+}
