@@ -1059,3 +1059,63 @@ failing_hook_leaves_nothing() {
 	run runtime list -q
 	assert_output ""
 }
+
+# start_seccomp_agent: integration/helper/seccomp_agent.py on $BATS_TEST_TMPDIR/agent.sock.
+start_seccomp_agent() {
+	AGENT_SOCK=$BATS_TEST_TMPDIR/agent.sock
+	AGENT_OUT=$BATS_TEST_TMPDIR/agent.out
+	python3 "$INTEGRATION_DIR/helper/seccomp_agent.py" "$AGENT_SOCK" "$AGENT_OUT" 3>&- 4>&- &
+	FB_PIDS+=($!)
+	wait_for_file "$AGENT_SOCK.ready"
+}
+
+@test "linux.seccomp notify: the agent at listenerPath gets the listener and the state, and answers for the syscall" {
+	start_seccomp_agent
+	update_config ".linux.seccomp = {\"defaultAction\": \"SCMP_ACT_ALLOW\",
+		\"listenerPath\": \"$AGENT_SOCK\", \"listenerMetadata\": \"meta-$CID\",
+		\"syscalls\": [{\"names\": [\"mkdir\", \"mkdirat\"], \"action\": \"SCMP_ACT_NOTIFY\"}]}"
+	# /a/b/c has no parents: mkdir fails with ENOENT, unless the agent answers "done".
+	set_args /bin/sh -c 'mkdir /a/b/c && echo made; test -d /a/b/c || echo not-really'
+	run runtime run --bundle "$BUNDLE" "$CID"
+	assert_success
+	assert_line --index 0 made
+	assert_line --index 1 not-really
+	wait "${FB_PIDS[-1]}"
+	run head -n 1 "$AGENT_OUT"
+	run jq -r '[.fds[0], .metadata, .state.id, .state.status, (.pid > 0)] | @tsv' <<<"$output"
+	assert_output "$(printf 'seccompFd\tmeta-%s\t%s\tcreating\ttrue' "$CID" "$CID")"
+	run grep -c '^nr=' "$AGENT_OUT"
+	assert_output 1
+}
+
+@test "linux.seccomp notify with noNewPrivileges and WAIT_KILLABLE_RECV, and for exec" {
+	skip_if_runc "runc 1.1.5 has no SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"
+	start_seccomp_agent
+	update_config ".process.noNewPrivileges = true | .linux.seccomp = {\"defaultAction\": \"SCMP_ACT_ALLOW\",
+		\"listenerPath\": \"$AGENT_SOCK\", \"flags\": [\"SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV\"],
+		\"syscalls\": [{\"names\": [\"mkdir\", \"mkdirat\"], \"action\": \"SCMP_ACT_NOTIFY\"}]}"
+	set_args /bin/sh -c 'mkdir /a/b/c && echo made; sleep 100'
+	run_detached "$CID"
+	wait_for_status "$CID" running
+	wait_for_output "$CID" made
+	# exec loads the same filter: its listener goes to the agent too (a second connection).
+	python3 "$INTEGRATION_DIR/helper/seccomp_agent.py" "$AGENT_SOCK.2" "$AGENT_OUT.2" 3>&- 4>&- &
+	FB_PIDS+=($!)
+	wait_for_file "$AGENT_SOCK.2.ready"
+	update_config ".linux.seccomp.listenerPath = \"$AGENT_SOCK.2\""
+	cp "$BUNDLE/config.json" "$ROOT/$CID/config.json"
+	run runtime exec "$CID" /bin/sh -c 'mkdir /x/y/z && echo exec-made'
+	assert_success
+	assert_output exec-made
+	run head -n 1 "$AGENT_OUT.2"
+	run jq -r '.state.status' <<<"$output"
+	assert_output running
+}
+
+@test "a notify rule without listenerPath, or a notify default action, is refused at create" {
+	update_config '.linux.seccomp = {"defaultAction": "SCMP_ACT_ALLOW",
+		"syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_NOTIFY"}]}'
+	try_create --bundle "$BUNDLE" "$CID"
+	assert_failure
+	assert_stderr_contains "listenerPath"
+}

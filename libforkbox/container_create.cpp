@@ -20,6 +20,7 @@
 #include "libforkbox/pidfd.hpp"
 #include "libforkbox/plan.hpp"
 #include "libforkbox/seccomp.hpp"
+#include "libforkbox/seccomp_agent.hpp"
 #include "libforkbox/seccomp_cache.hpp"
 #include "libforkbox/sync.hpp"
 #include "libforkbox/syscalls.hpp"
@@ -105,7 +106,7 @@ int activation_fds() {
 // Drives init from Go to Ready. Returns init's pid (the clone child, or the grandchild the
 // intermediate process forked).
 Result<pid_t> drive_init(pid_t child, int sync_fd, const Plan& plan, ContainerState& state,
-                         std::optional<ChildGuard>& init_guard) {
+                         std::optional<ChildGuard>& init_guard, const oci::Seccomp* seccomp) {
     state.pid = child;
     FB_TRY(sync_send(sync_fd, SyncType::Go, 0, hook_state_json(state, "created")));
     pid_t init_pid = plan.needs_intermediate() ? 0 : child;
@@ -130,6 +131,14 @@ Result<pid_t> drive_init(pid_t child, int sync_fd, const Plan& plan, ContainerSt
             FB_TRY(run_hooks(plan.hooks.prestart, hs, "prestart", state.bundle));
             FB_TRY(run_hooks(plan.hooks.create_runtime, hs, "createRuntime", state.bundle));
             FB_TRY(sync_send(sync_fd, SyncType::RuntimeHooksDone));
+            break;
+        }
+        case SyncType::SeccompListener: {
+            if (!seccomp || !msg->fd) return fail(EPROTO, "sync: unexpected seccomp listener");
+            std::string doc = container_process_state(state, "creating", init_pid > 0 ? init_pid : child,
+                                                      seccomp->listener_metadata);
+            FB_TRY(hand_listener_to_agent(seccomp->listener_path, msg->fd.get(), doc));
+            FB_TRY(sync_send(sync_fd, SyncType::SeccompListenerDone));
             break;
         }
         case SyncType::Ready:
@@ -281,7 +290,8 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     // Placement is done: clone3 put the child in the v2 cgroup, and it joins the v1
     // hierarchies itself through these fds (see join_v1_cgroups).
     task_files.clear();
-    auto init_pid = drive_init(child, parent_end.get(), plan, state, init_guard);
+    auto init_pid = drive_init(child, parent_end.get(), plan, state, init_guard,
+                               spec.linux && spec.linux->seccomp ? &*spec.linux->seccomp : nullptr);
     if (!init_pid) {
         // Runtime-spec: a failed create-phase hook stops the container and the lifecycle
         // continues with delete, which runs the poststop hooks.

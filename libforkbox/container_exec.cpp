@@ -24,6 +24,7 @@
 #include "libforkbox/pidfd.hpp"
 #include "libforkbox/process.hpp"
 #include "libforkbox/seccomp.hpp"
+#include "libforkbox/seccomp_agent.hpp"
 #include "libforkbox/seccomp_cache.hpp"
 #include "libforkbox/signals.hpp"
 #include "libforkbox/sync.hpp"
@@ -104,7 +105,15 @@ Result<void> run_exec_child(ExecChild& a) {
     FB_TRY(apply_rlimits(proc.rlimits));
     if (proc.oom_score_adj) FB_TRY(set_oom_score_adj(*proc.oom_score_adj));
     FB_TRY(enter_cwd(proc.cwd));
-    if (a.seccomp && !proc.no_new_privileges) FB_TRY(load_seccomp(*a.seccomp));
+    // As in init: early without no_new_privs, or when the parent must pass on a listener.
+    bool seccomp_early = a.seccomp && (!proc.no_new_privileges || a.seccomp->wants_listener());
+    if (seccomp_early) {
+        FB_ASSIGN(unique_fd listener, load_seccomp(*a.seccomp));
+        if (listener) {
+            FB_TRY(sync_send(a.sync_fd, SyncType::SeccompListener, 0, {}, listener.get()));
+            FB_TRY(sync_expect(a.sync_fd, SyncType::SeccompListenerDone));
+        }
+    }
     give_stdio_to(proc.user.uid, proc.user.gid);
     FB_TRY(assume_identity(proc));
 
@@ -119,7 +128,7 @@ Result<void> run_exec_child(ExecChild& a) {
     envp.push_back(nullptr);
     ::prctl(PR_SET_PDEATHSIG, 0);
     sys::close_range(static_cast<unsigned>(3 + a.preserve_fds), ~0U, CLOSE_RANGE_CLOEXEC);
-    if (a.seccomp && proc.no_new_privileges) FB_TRY(load_seccomp(*a.seccomp));
+    if (a.seccomp && !seccomp_early) FB_TRY(load_seccomp(*a.seccomp));
     auto exec = exec_through_stub(a.exec_stub_fd, exe, argv.data(), envp.data(), a.seccomp, a.exec_error_fd);
     return fail(0, "exec: \"" + proc.args[0] + "\": " + go_errno_text(exec.error().errnum()));
 }
@@ -297,6 +306,14 @@ Result<int> exec_container(const StateStore& store, const ExecOptions& opt) {
 
     // EOF: the child exec'd (its end was close-on-exec); a message: it failed.
     auto msg = sync_recv(parent_end.get());
+    // Notify rules: the child hands us its listener for the agent, then goes on.
+    while (msg && msg->type == SyncType::SeccompListener && msg->fd && spec->linux && spec->linux->seccomp) {
+        const oci::Seccomp& sc = *spec->linux->seccomp;
+        FB_TRY(hand_listener_to_agent(sc.listener_path, msg->fd.get(),
+                                      container_process_state(state, "running", child, sc.listener_metadata)));
+        FB_TRY(sync_send(parent_end.get(), SyncType::SeccompListenerDone));
+        msg = sync_recv(parent_end.get());
+    }
     if (msg) {
         if (msg->type == SyncType::Error) return fail(msg->value, msg->payload);
         return fail(EPROTO, std::string("sync: unexpected message ") + sync_type_name(msg->type));

@@ -132,8 +132,16 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
 
     // Without no_new_privs, installing a filter needs CAP_SYS_ADMIN: load it while init still
     // has every capability, as runc does. With it, wait until just before execve, so that the
-    // filter sees as few of the runtime's own syscalls as possible.
-    if (a.seccomp && !proc.no_new_privileges) FB_TRY(load_seccomp(*a.seccomp));
+    // filter sees as few of the runtime's own syscalls as possible. A filter with notify rules
+    // loads here either way: its listener fd goes to the parent while the sync socket is open.
+    bool seccomp_early = a.seccomp && (!proc.no_new_privileges || a.seccomp->wants_listener());
+    if (seccomp_early) {
+        FB_ASSIGN(unique_fd listener, load_seccomp(*a.seccomp));
+        if (listener) {
+            FB_TRY(sync_send(a.sync_fd, SyncType::SeccompListener, 0, {}, listener.get()));
+            FB_TRY(sync_expect(a.sync_fd, SyncType::SeccompListenerDone));
+        }
+    }
 
     give_stdio_to(proc.user.uid, proc.user.gid);
     FB_TRY(assume_identity(proc));
@@ -165,7 +173,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     envp.push_back(nullptr);
     // No host fd may survive into the container (CVE-2024-21626 class).
     sys::close_range(static_cast<unsigned>(3 + a.preserve_fds), ~0U, CLOSE_RANGE_CLOEXEC);
-    if (a.seccomp && proc.no_new_privileges) FB_TRY(load_seccomp(*a.seccomp));
+    if (a.seccomp && !seccomp_early) FB_TRY(load_seccomp(*a.seccomp));
     auto exec = exec_through_stub(a.exec_stub_fd, exe, argv.data(), envp.data(), a.seccomp);
     return fail(0, "exec: \"" + proc.args[0] + "\": " + go_errno_text(exec.error().errnum()));
 }

@@ -20,13 +20,6 @@ constexpr unsigned kMaxSyscallArgs = 6;
 
 std::string quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
-std::string libseccomp_version() {
-    const scmp_version* v = seccomp_version();
-    if (!v) return "unknown";
-    return std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-           std::to_string(v->micro);
-}
-
 // The kernel passes 16 bits of SECCOMP_RET_DATA back as the errno.
 Result<uint32_t> errno_data(std::optional<uint32_t> errno_ret) {
     uint32_t e = errno_ret.value_or(EPERM);
@@ -48,8 +41,7 @@ Result<uint32_t> action_value(const std::string& name, std::optional<uint32_t> e
         FB_ASSIGN(uint32_t e, errno_data(errno_ret));
         return SCMP_ACT_TRACE(e);
     }
-    if (name == "SCMP_ACT_NOTIFY")
-        return fail(EOPNOTSUPP, "action SCMP_ACT_NOTIFY is not supported yet");
+    if (name == "SCMP_ACT_NOTIFY") return SCMP_ACT_NOTIFY;
     return fail(EINVAL, "unknown action " + quote(name));
 }
 
@@ -124,10 +116,6 @@ const std::array<FlagName, 3> kFlags = {{
 Result<const FlagName*> filter_flag(const std::string& name) {
     for (const auto& f : kFlags)
         if (f.spec_name == name) return &f;
-    // The kernel has it (6.0) but libseccomp gains SCMP_FLTATR_CTL_WAITKILL only in 2.6.
-    if (name == "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV")
-        return fail(EOPNOTSUPP, "flag " + name + " is not supported by libseccomp " +
-                                    libseccomp_version());
     return fail(EINVAL, "unknown flag " + quote(name));
 }
 
@@ -161,6 +149,12 @@ Result<SeccompPlan> plan_seccomp(const oci::Seccomp& sc) {
     }
 
     for (const auto& f : sc.flags) {
+        // The kernel has it (6.0) but libseccomp only from 2.6 (SCMP_FLTATR_CTL_WAITKILL): we
+        // call seccomp(2) ourselves, so the bit goes there without libseccomp's check.
+        if (f == "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV") {
+            plan.filter_flags |= kWaitKillableRecv;
+            continue;
+        }
         auto flag = filter_flag(f);
         if (!flag) return std::unexpected(flag.error().wrap("flags"));
         plan.attributes.push_back((*flag)->attribute);
@@ -315,25 +309,31 @@ Result<SeccompProgram> compile_seccomp(const oci::Seccomp& sc) {
                                " BPF instructions, more than the kernel's " +
                                std::to_string(BPF_MAXINSNS));
     program.flags = plan.filter_flags;
+    // Notify rules need the listener fd seccomp(2) hands back with this flag.
+    for (const auto& rule : plan.rules)
+        if (rule.action == SCMP_ACT_NOTIFY) program.flags |= SECCOMP_FILTER_FLAG_NEW_LISTENER;
+    if ((program.flags & kWaitKillableRecv) && !program.wants_listener())
+        return fail(EINVAL, "flag SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV needs an SCMP_ACT_NOTIFY rule");
     return program;
 }
 
-Result<void> load_seccomp(const SeccompProgram& program) {
+Result<unique_fd> load_seccomp(const SeccompProgram& program) {
     sock_fprog prog{};
     prog.len = static_cast<unsigned short>(program.bpf.size());
     prog.filter = const_cast<sock_filter*>(program.bpf.data());
     long rc = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, program.flags, &prog);
     if (rc < 0) return sys_error("load seccomp filter");
+    if (program.wants_listener()) return unique_fd(static_cast<int>(rc));
     // With TSYNC, a positive result is a thread that could not take the filter.
     if (rc > 0)
         return fail(ESRCH, "load seccomp filter: thread " + std::to_string(rc) +
                                " could not be synchronized");
-    return {};
+    return unique_fd();
 }
 
 std::vector<std::string_view> seccomp_supported_actions() {
     return {"SCMP_ACT_KILL", "SCMP_ACT_KILL_PROCESS", "SCMP_ACT_KILL_THREAD", "SCMP_ACT_TRAP",
-            "SCMP_ACT_ERRNO", "SCMP_ACT_TRACE", "SCMP_ACT_ALLOW", "SCMP_ACT_LOG"};
+            "SCMP_ACT_ERRNO", "SCMP_ACT_TRACE", "SCMP_ACT_ALLOW", "SCMP_ACT_LOG", "SCMP_ACT_NOTIFY"};
 }
 
 std::vector<std::string_view> seccomp_supported_arches() {
@@ -352,6 +352,9 @@ std::vector<std::string_view> seccomp_supported_flags() {
         long rc = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, f.bit, nullptr);
         if (rc < 0 && errno == EFAULT) out.push_back(f.spec_name);
     }
+    long rc = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
+                        SECCOMP_FILTER_FLAG_NEW_LISTENER | kWaitKillableRecv, nullptr);
+    if (rc < 0 && errno == EFAULT) out.push_back("SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV");
     return out;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <seccomp.h>
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "libforkbox/error.hpp"
+#include "libforkbox/fd.hpp"
 #include "oci/spec.hpp"
 
 namespace forkbox {
@@ -40,7 +42,7 @@ struct SeccompPlan {
 
 // runc's translation, with no libseccomp context and no syscall:
 //  * actions: ERRNO and TRACE take errnoRet (default EPERM); KILL is KILL_THREAD;
-//    SCMP_ACT_NOTIFY is refused (no listener support yet);
+//    SCMP_ACT_NOTIFY rules make the program ask for a listener fd (SECCOMP_FILTER_FLAG_NEW_LISTENER);
 //  * syscall names libseccomp does not know are skipped (older or other kernels);
 //  * a rule whose action is the default action is skipped (libseccomp would reject it);
 //  * args: when two args name the same index, each arg becomes a rule of its own (OR);
@@ -49,9 +51,14 @@ struct SeccompPlan {
 Result<SeccompPlan> plan_seccomp(const oci::Seccomp& seccomp);
 
 // A BPF program ready for seccomp(2).
+// SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (linux 6.0), which glibc 2.36's headers lack.
+inline constexpr unsigned kWaitKillableRecv = 1U << 5;
+
 struct SeccompProgram {
     std::vector<sock_filter> bpf;
     unsigned flags = 0;  // SECCOMP_FILTER_FLAG_* for seccomp(2)
+    // SCMP_ACT_NOTIFY rules: loading returns a listener fd for the agent at listenerPath.
+    bool wants_listener() const { return (flags & SECCOMP_FILTER_FLAG_NEW_LISTENER) != 0; }
 };
 
 // Runs in the parent (create), before clone: plan, build a libseccomp filter and export it.
@@ -59,7 +66,8 @@ Result<SeccompProgram> compile_seccomp(const oci::Seccomp& seccomp);
 
 // Runs in the container's init: installs the program. Allocates nothing unless it fails.
 // Without no_new_privs the caller needs CAP_SYS_ADMIN (in its user namespace).
-Result<void> load_seccomp(const SeccompProgram& program);
+// Returns the notify listener fd when the program wants one, else an empty fd.
+Result<unique_fd> load_seccomp(const SeccompProgram& program);
 
 // For `features`: the actions and architectures this build can put in a filter, and the
 // flags both it and the running kernel support.

@@ -26,17 +26,29 @@ const char* sync_type_name(SyncType t) {
     case SyncType::RuntimeHooksDone: return "runtime-hooks-done";
     case SyncType::Ready: return "ready";
     case SyncType::Error: return "error";
+    case SyncType::SeccompListener: return "seccomp-listener";
+    case SyncType::SeccompListenerDone: return "seccomp-listener-done";
     }
     return "unknown";
 }
 
-Result<void> sync_send(int fd, SyncType type, int32_t value, std::string_view payload) {
+Result<void> sync_send(int fd, SyncType type, int32_t value, std::string_view payload, int pass_fd) {
     if (payload.size() > kMaxPayload) payload = payload.substr(0, kMaxPayload);
     Header h{static_cast<uint32_t>(type), value};
     struct iovec iov[2] = {{&h, sizeof h}, {const_cast<char*>(payload.data()), payload.size()}};
     struct msghdr msg {};
     msg.msg_iov = iov;
     msg.msg_iovlen = payload.empty() ? 1 : 2;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    if (pass_fd >= 0) {
+        msg.msg_control = control;
+        msg.msg_controllen = sizeof control;
+        cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof pass_fd);
+    }
     for (;;) {
         ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
         if (n >= 0) return {};
@@ -46,9 +58,16 @@ Result<void> sync_send(int fd, SyncType type, int32_t value, std::string_view pa
 
 Result<SyncMessage> sync_recv(int fd) {
     std::vector<char> buf(sizeof(Header) + kMaxPayload);
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    struct iovec iov {buf.data(), buf.size()};
+    struct msghdr msg {};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
     ssize_t n;
     do {
-        n = ::recv(fd, buf.data(), buf.size(), 0);
+        n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
     } while (n < 0 && errno == EINTR);
     if (n < 0) return sys_error("sync: receive");
     if (n == 0) return fail(EPIPE, "sync: peer exited");
@@ -59,6 +78,11 @@ Result<SyncMessage> sync_recv(int fd) {
     m.type = static_cast<SyncType>(h.type);
     m.value = h.value;
     m.payload.assign(buf.data() + sizeof h, static_cast<size_t>(n) - sizeof h);
+    if (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int))) {
+        int passed;
+        std::memcpy(&passed, CMSG_DATA(cm), sizeof passed);
+        m.fd.reset(passed);
+    }
     return m;
 }
 

@@ -7,6 +7,8 @@
 //   child  -> parent  InitPid         (intermediate only) value = host pid of init
 //   child  -> parent  RuntimeHooks    (hooks present) run prestart + createRuntime now
 //   parent -> child   RuntimeHooksDone
+//   child  -> parent  SeccompListener (notify rules) the filter's listener fd attached
+//   parent -> child   SeccompListenerDone  the agent at listenerPath has it
 //   child  -> parent  Ready           init is about to block on the exec fifo
 //   child  -> parent  Error           value = errno, payload = message; child then exits
 #pragma once
@@ -16,6 +18,7 @@
 #include <string_view>
 
 #include "libforkbox/error.hpp"
+#include "libforkbox/fd.hpp"
 
 namespace forkbox {
 
@@ -28,15 +31,19 @@ enum class SyncType : uint32_t {
     RuntimeHooksDone,
     Ready,
     Error,
+    SeccompListener,
+    SeccompListenerDone,
 };
 
 struct SyncMessage {
     SyncType type{};
     int32_t value = 0;
     std::string payload;
+    unique_fd fd;  // an fd passed with the message (SCM_RIGHTS), if any
 };
 
-Result<void> sync_send(int fd, SyncType type, int32_t value = 0, std::string_view payload = {});
+Result<void> sync_send(int fd, SyncType type, int32_t value = 0, std::string_view payload = {},
+                       int pass_fd = -1);
 // Blocks for the next message. EOF (peer gone without a message) is an EPIPE error.
 Result<SyncMessage> sync_recv(int fd);
 // Receives and checks the type; an Error message from the peer becomes this call's error.

@@ -18,16 +18,16 @@ Result<void> check_console_options(bool terminal, bool detach, const std::string
     return {};
 }
 
-Result<unique_fd> connect_console_socket(const std::string& path) {
+Result<unique_fd> connect_unix_socket(const std::string& path, const std::string& what) {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     if (path.empty() || path.size() >= sizeof addr.sun_path)
-        return fail(ENAMETOOLONG, "console socket path " + path + " is empty or too long");
+        return fail(ENAMETOOLONG, what + " path " + path + " is empty or too long");
     std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
     unique_fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!fd) return sys_error("console socket");
+    if (!fd) return sys_error(what);
     if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0)
-        return sys_error("connect to console socket " + path);
+        return sys_error("connect to " + what + " " + path);
     return fd;
 }
 

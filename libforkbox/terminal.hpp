@@ -18,8 +18,12 @@ namespace forkbox {
 // runc's rules for --console-socket against the process's terminal and detaching.
 Result<void> check_console_options(bool terminal, bool detach, const std::string& console_socket);
 
+// Connects a stream socket to the unix socket at path; `what` names it in errors.
+Result<unique_fd> connect_unix_socket(const std::string& path, const std::string& what);
 // Connects to the unix socket a manager listens on for the pty master (parent side).
-Result<unique_fd> connect_console_socket(const std::string& path);
+inline Result<unique_fd> connect_console_socket(const std::string& path) {
+    return connect_unix_socket(path, "console socket");
+}
 
 // In the container process, after its root is the container's: opens a pty from the
 // container's /dev/ptmx, applies the console size, sends the master over `socket_fd`

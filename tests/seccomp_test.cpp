@@ -153,10 +153,18 @@ TEST(SeccompPlan, UnknownActionIsAnError) {
     EXPECT_NE(error_of(s).find("defaultAction: unknown action"), std::string::npos);
 }
 
-TEST(SeccompPlan, NotifyIsRefusedAsNotSupportedYet) {
+TEST(SeccompPlan, NotifyRulesAskForAListener) {
     Seccomp s = allow_by_default({rule({"mkdir"}, "SCMP_ACT_NOTIFY")});
     s.listener_path = "/run/listener.sock";
-    EXPECT_NE(error_of(s).find("SCMP_ACT_NOTIFY is not supported yet"), std::string::npos);
+    auto p = plan_of(s);
+    ASSERT_EQ(p.rules.size(), 1u);
+    EXPECT_EQ(p.rules[0].action, SCMP_ACT_NOTIFY);
+    auto prog = compile_seccomp(s);
+    ASSERT_TRUE(prog) << prog.error().what();
+    EXPECT_TRUE(prog->wants_listener());
+    auto plain = compile_seccomp(allow_by_default({rule({"mkdir"}, "SCMP_ACT_ERRNO")}));
+    ASSERT_TRUE(plain);
+    EXPECT_FALSE(plain->wants_listener());
 }
 
 TEST(SeccompPlan, UnknownOperatorAndOutOfRangeIndexAreErrors) {
@@ -181,10 +189,19 @@ TEST(SeccompPlan, FlagsBecomeAttributesAndSeccompBits) {
                                                            SCMP_FLTATR_CTL_SSB}));
 }
 
-TEST(SeccompPlan, WaitKillableRecvNeedsANewerLibseccomp) {
-    Seccomp s = allow_by_default({});
+TEST(SeccompPlan, WaitKillableRecvIsAKernelFlagThatNeedsNotifyRules) {
+    Seccomp s = allow_by_default({rule({"mkdir"}, "SCMP_ACT_NOTIFY")});
+    s.listener_path = "/run/listener.sock";
     s.flags = {"SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"};
-    EXPECT_NE(error_of(s).find("not supported by libseccomp"), std::string::npos);
+    auto prog = compile_seccomp(s);
+    ASSERT_TRUE(prog) << prog.error().what();
+    EXPECT_TRUE(prog->flags & kWaitKillableRecv);
+    EXPECT_TRUE(prog->wants_listener());
+    Seccomp no_notify = allow_by_default({});
+    no_notify.flags = {"SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"};
+    auto refused = compile_seccomp(no_notify);
+    ASSERT_FALSE(refused);
+    EXPECT_NE(std::string(refused.error().what()).find("needs an SCMP_ACT_NOTIFY rule"), std::string::npos);
 }
 
 TEST(SeccompPlan, ArchitecturesLibseccompDoesNotKnowAreSkipped) {
@@ -232,10 +249,11 @@ TEST(SeccompCompile, PlanErrorsComeThrough) {
 TEST(SeccompFeatures, ClaimsWhatThisBuildCanFilter) {
     auto actions = seccomp_supported_actions();
     EXPECT_NE(std::find(actions.begin(), actions.end(), "SCMP_ACT_ERRNO"), actions.end());
-    EXPECT_EQ(std::find(actions.begin(), actions.end(), "SCMP_ACT_NOTIFY"), actions.end());
+    EXPECT_NE(std::find(actions.begin(), actions.end(), "SCMP_ACT_NOTIFY"), actions.end());
     auto arches = seccomp_supported_arches();
     EXPECT_NE(std::find(arches.begin(), arches.end(), "SCMP_ARCH_X86_64"), arches.end());
     auto flags = seccomp_supported_flags();
-    EXPECT_EQ(std::find(flags.begin(), flags.end(), "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"),
+    // Kernel 6.0+ (these machines run 6.18).
+    EXPECT_NE(std::find(flags.begin(), flags.end(), "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"),
               flags.end());
 }

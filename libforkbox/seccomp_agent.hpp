@@ -1,0 +1,23 @@
+// Seccomp notify: the agent listening at linux.seccomp.listenerPath gets the filter's
+// listener fd, with runc's ContainerProcessState document, over one unix connection.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "libforkbox/error.hpp"
+#include "libforkbox/state.hpp"
+
+namespace forkbox {
+
+// runc's ContainerProcessState: {"ociVersion","fds":["seccompFd"],"pid","metadata","state"}
+// where state is the OCI state document with the given status (pure).
+std::string container_process_state(const ContainerState& state, const char* status, pid_t pid,
+                                    const std::string& metadata);
+
+// Connects to the agent and sends the document with the listener fd (SCM_RIGHTS).
+Result<void> hand_listener_to_agent(const std::string& listener_path, int listener_fd,
+                                    const std::string& document);
+
+}  // namespace forkbox
