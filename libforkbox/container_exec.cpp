@@ -107,13 +107,7 @@ Result<void> run_exec_child(ExecChild& a) {
     FB_TRY(enter_cwd(proc.cwd));
     // As in init: early without no_new_privs, or when the parent must pass on a listener.
     bool seccomp_early = a.seccomp && (!proc.no_new_privileges || a.seccomp->wants_listener());
-    if (seccomp_early) {
-        FB_ASSIGN(unique_fd listener, load_seccomp(*a.seccomp));
-        if (listener) {
-            FB_TRY(sync_send(a.sync_fd, SyncType::SeccompListener, 0, {}, listener.get()));
-            FB_TRY(sync_expect(a.sync_fd, SyncType::SeccompListenerDone));
-        }
-    }
+    if (seccomp_early) FB_TRY(load_seccomp_via_parent(*a.seccomp, a.sync_fd));
     give_stdio_to(proc.user.uid, proc.user.gid);
     FB_TRY(assume_identity(proc));
 

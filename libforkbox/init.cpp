@@ -16,6 +16,7 @@
 #include "libforkbox/process.hpp"
 #include "libforkbox/rootfs.hpp"
 #include "libforkbox/seccomp.hpp"
+#include "libforkbox/seccomp_agent.hpp"
 #include "libforkbox/signals.hpp"
 #include "libforkbox/state.hpp"
 #include "libforkbox/sync.hpp"
@@ -135,13 +136,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     // filter sees as few of the runtime's own syscalls as possible. A filter with notify rules
     // loads here either way: its listener fd goes to the parent while the sync socket is open.
     bool seccomp_early = a.seccomp && (!proc.no_new_privileges || a.seccomp->wants_listener());
-    if (seccomp_early) {
-        FB_ASSIGN(unique_fd listener, load_seccomp(*a.seccomp));
-        if (listener) {
-            FB_TRY(sync_send(a.sync_fd, SyncType::SeccompListener, 0, {}, listener.get()));
-            FB_TRY(sync_expect(a.sync_fd, SyncType::SeccompListenerDone));
-        }
-    }
+    if (seccomp_early) FB_TRY(load_seccomp_via_parent(*a.seccomp, a.sync_fd));
 
     give_stdio_to(proc.user.uid, proc.user.gid);
     FB_TRY(assume_identity(proc));

@@ -1,11 +1,9 @@
 #include "libforkbox/seccomp_agent.hpp"
 
-#include <sys/socket.h>
-
-#include <cstring>
-
 #include "libforkbox/container.hpp"
+#include "libforkbox/sync.hpp"
 #include "libforkbox/terminal.hpp"
+#include "libforkbox/unix_socket.hpp"
 #include "oci/json.hpp"
 
 namespace forkbox {
@@ -27,24 +25,16 @@ std::string container_process_state(const ContainerState& state, const char* sta
 
 Result<void> hand_listener_to_agent(const std::string& listener_path, int listener_fd,
                                     const std::string& document) {
-    auto sock = connect_unix_socket(listener_path, "seccomp agent");  // a stream socket, as runc dials
-    iovec iov{const_cast<char*>(document.data()), document.size()};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(cm), &listener_fd, sizeof listener_fd);
-    ssize_t n;
-    if (!sock) return std::unexpected(sock.error());
-    do n = ::sendmsg(sock->get(), &msg, MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
-    if (n < 0) return sys_error("send the seccomp listener to " + listener_path);
+    FB_ASSIGN(unique_fd sock, connect_unix_socket(listener_path, "seccomp agent"));  // a stream socket, as runc dials
+    int fds[] = {listener_fd};
+    return send_with_fds(sock.get(), document, fds, "send the seccomp listener to " + listener_path);
+}
+
+Result<void> load_seccomp_via_parent(const SeccompProgram& program, int sync_fd) {
+    FB_ASSIGN(unique_fd listener, load_seccomp(program));
+    if (!listener) return {};
+    FB_TRY(sync_send(sync_fd, SyncType::SeccompListener, 0, {}, listener.get()));
+    FB_TRY(sync_expect(sync_fd, SyncType::SeccompListenerDone));
     return {};
 }
 

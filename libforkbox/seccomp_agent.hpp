@@ -7,6 +7,7 @@
 #include <string>
 
 #include "libforkbox/error.hpp"
+#include "libforkbox/seccomp.hpp"
 #include "libforkbox/state.hpp"
 
 namespace forkbox {
@@ -19,5 +20,9 @@ std::string container_process_state(const ContainerState& state, const char* sta
 // Connects to the agent and sends the document with the listener fd (SCM_RIGHTS).
 Result<void> hand_listener_to_agent(const std::string& listener_path, int listener_fd,
                                     const std::string& document);
+
+// In init or the exec child: loads the filter; a notify listener goes to the parent over
+// the sync socket (which hands it to the agent), and this waits until it has.
+Result<void> load_seccomp_via_parent(const SeccompProgram& program, int sync_fd);
 
 }  // namespace forkbox

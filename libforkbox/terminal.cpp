@@ -8,6 +8,8 @@
 
 #include <cstring>
 
+#include "libforkbox/unix_socket.hpp"
+
 namespace forkbox {
 
 Result<void> check_console_options(bool terminal, bool detach, const std::string& console_socket) {
@@ -54,23 +56,9 @@ Result<void> setup_console(int socket_fd, const std::optional<oci::ConsoleSize>&
 
     char name[32];
     int name_len = std::snprintf(name, sizeof name, "/dev/pts/%u", index);
-    iovec iov{name, static_cast<size_t>(name_len)};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    int mfd = master.get();
-    std::memcpy(CMSG_DATA(cm), &mfd, sizeof mfd);
-    ssize_t n;
-    do n = ::sendmsg(socket_fd, &msg, MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
-    if (n < 0) return sys_error("send pty master to console socket");
+    int fds[] = {master.get()};
+    FB_TRY(send_with_fds(socket_fd, std::string_view(name, static_cast<size_t>(name_len)), fds,
+                         "send pty master to console socket"));
     master.reset();
 
     for (int target = 0; target <= 2; ++target)

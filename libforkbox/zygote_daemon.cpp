@@ -25,6 +25,7 @@
 #include "libforkbox/log.hpp"
 #include "libforkbox/namespaces.hpp"
 #include "libforkbox/syscalls.hpp"
+#include "libforkbox/unix_socket.hpp"
 #include "libforkbox/zygote.hpp"
 #include "oci/linux_names.hpp"
 
@@ -186,22 +187,9 @@ void Daemon::serve(int conn) {
     Template t = std::move(pool.ready.front());
     pool.ready.pop_front();
     std::string reply = "ok " + std::to_string(req->key);
-    iovec iov{reply.data(), reply.size()};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kTemplateOrder.size())] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * t.fds.size());
-    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int) * t.fds.size());
-    for (size_t i = 0; i < t.fds.size(); ++i) {
-        int f = t.fds[i].get();
-        std::memcpy(CMSG_DATA(cm) + i * sizeof(int), &f, sizeof f);
-    }
-    if (::sendmsg(conn, &msg, MSG_NOSIGNAL) >= 0) ++served_;
+    std::vector<int> fds;
+    for (const auto& f : t.fds) fds.push_back(f.get());
+    if (send_with_fds(conn, reply, fds, "send a template")) ++served_;
     // Sent or not, a template is used once: ours close here.
 }
 

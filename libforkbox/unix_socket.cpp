@@ -1,0 +1,33 @@
+#include "libforkbox/unix_socket.hpp"
+
+#include <sys/socket.h>
+
+#include <cstring>
+
+namespace forkbox {
+
+Result<void> send_with_fds(int sock, std::string_view data, std::span<const int> fds, std::string_view what) {
+    constexpr size_t kMaxFds = 8;
+    if (fds.size() > kMaxFds) return fail(EINVAL, std::string(what) + ": too many fds");
+    iovec iov{const_cast<char*>(data.data()), data.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (!fds.empty()) {
+        msg.msg_control = control;
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+        cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+        std::memcpy(CMSG_DATA(cm), fds.data(), sizeof(int) * fds.size());
+    }
+    ssize_t n;
+    do n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) return sys_error(std::string(what));
+    return {};
+}
+
+}  // namespace forkbox
