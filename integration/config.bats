@@ -20,16 +20,6 @@ host_has_cap() {
 	(((0x$bnd >> $1) & 1))
 }
 
-# open_path_for_others: the bats tmpdirs are 0700; a container whose root is not host
-# root (user namespace) must still be able to reach its rootfs.
-open_path_for_others() {
-	local d=$BUNDLE
-	while [[ $d != / && $d != /tmp ]]; do
-		chmod o+x "$d"
-		d=$(dirname "$d")
-	done
-}
-
 # ---------------------------------------------------------------- process: env, cwd, user
 
 @test "process.env is the container's whole environment" {

@@ -31,6 +31,16 @@ CID=fbt-$$-${BATS_TEST_NUMBER:-0}
 FB_NETNS=()
 FB_PIDS=() # helper processes a test started in the background; killed by fb_teardown
 
+# open_path_for_others: the bats tmpdirs are 0700; a container whose root is not host
+# root (user namespace) must still be able to reach its rootfs.
+open_path_for_others() {
+	local d=$BUNDLE
+	while [[ $d != / && $d != /tmp ]]; do
+		chmod o+x "$d"
+		d=$(dirname "$d")
+	done
+}
+
 # runtime ARGS...: the runtime under test with this test's state root.
 runtime() {
 	"$FORKBOX" --root "$ROOT" "$@"

@@ -52,16 +52,6 @@ wait_ready() {
 	fail "templates not ready: $("$FORKBOX" daemon --socket "$SOCK" --stats)"
 }
 
-# open_path_for_others: the bats tmpdirs are 0700; a container whose root is not host
-# root (user namespace) must still be able to reach its rootfs.
-open_path_for_others() {
-	local d=$BUNDLE
-	while [[ $d != / && $d != /tmp ]]; do
-		chmod o+x "$d"
-		d=$(dirname "$d")
-	done
-}
-
 zrun() {
 	"$FORKBOX" --root "$ROOT" --zygote="$SOCK" "$@"
 }
