@@ -11,6 +11,7 @@
 #include "cmd/common.hpp"
 #include "libforkbox/zygote.hpp"
 #include "libforkbox/log.hpp"
+#include "libforkbox/trace.hpp"
 #include "oci/spec.hpp"
 
 using namespace forkbox;
@@ -78,6 +79,8 @@ int main(int argc, char** argv) {
     // reason to die. Container processes and hooks get default dispositions back
     // (reset_signal_dispositions), so this stays with forkbox itself.
     ::signal(SIGPIPE, SIG_IGN);
+    trace::open_from_env();
+    trace::mark("main");
     Globals g;
     g.root = "/run/forkbox";
     if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg && ::geteuid() != 0)

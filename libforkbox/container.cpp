@@ -14,6 +14,7 @@
 #include "libforkbox/log.hpp"
 #include "libforkbox/pidfd.hpp"
 #include "libforkbox/syscalls.hpp"
+#include "libforkbox/trace.hpp"
 #include "oci/json.hpp"
 #include "oci/parse.hpp"
 
@@ -228,6 +229,7 @@ Result<void> start_container(const StateStore& store, const std::string& id) {
         if (fds[1].revents) return fail(ESRCH, "container init exited before start");
         if (fds[0].revents & POLLHUP) return fail(EPIPE, "container init exited before start");
     }
+    trace::mark("start: released");
     ::unlinkat(dir.fd(), kExecFifo, 0);
 
     auto text = read_file_at(dir.fd(), kConfigFile);

@@ -25,6 +25,7 @@
 #include "libforkbox/sync.hpp"
 #include "libforkbox/syscalls.hpp"
 #include "libforkbox/terminal.hpp"
+#include "libforkbox/trace.hpp"
 #include "libforkbox/zygote.hpp"
 #include "oci/json.hpp"
 #include "oci/parse.hpp"
@@ -67,7 +68,9 @@ Result<LoadedConfig> load_bundle_config(const std::string& bundle) {
         return std::unexpected(text.error());
     }
     c.text = std::move(*text);
+    trace::mark("create: config read");
     auto spec = oci::parse_config(c.text);
+    trace::mark("create: config parsed");
     if (!spec) return std::unexpected(spec.error().wrap("config.json"));
     c.spec = std::move(*spec);
     FB_TRY_CTX(oci::validate(c.spec), "config.json");
@@ -154,6 +157,7 @@ Result<pid_t> drive_init(pid_t child, int sync_fd, const Plan& plan, ContainerSt
 }  // namespace
 
 Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt, unique_fd* pty_master) {
+    trace::mark("create: verb");
     FB_TRY(validate_container_id(opt.id));
     FB_ASSIGN(std::string bundle, absolute_bundle(opt.bundle));
     FB_ASSIGN(LoadedConfig cfg, load_bundle_config(bundle));
@@ -164,6 +168,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
         FB_TRY(check_console_options(terminal, true, opt.console_socket));
     if (!terminal) pty_master = nullptr;
     FB_ASSIGN(Plan plan, make_plan(spec, PlanOptions{opt.id, bundle}));
+    trace::mark("create: planned");
     if (!spec.process || plan.process.args.empty()) return fail(EINVAL, "config.json: process.args must not be empty");
     int preserve_fds = opt.preserve_fds;
     // Socket activation of forkbox itself passes the sockets on, as runc does.
@@ -193,6 +198,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
         seccomp = std::move(*program);
     }
 
+    trace::mark("create: seccomp ready");
     FB_ASSIGN(ContainerDir dir, store.create(opt.id));
     ContainerDirGuard dir_guard{&dir};
     FB_TRY(write_file_atomic(dir.fd(), kConfigFile, cfg.text, 0600));
@@ -211,6 +217,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     // A state file from the start, so `delete --force` can clean up after a crashed create.
     FB_TRY(dir.write_state(state));
 
+    trace::mark("create: state written");
     FB_ASSIGN(CgroupLayout layout, detect_cgroup_layout());
     // Planned before any cgroup exists, so a limit this host cannot hold fails create cleanly.
     std::vector<CgroupWrite> cgroup_writes;
@@ -228,6 +235,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     if (device_program) FB_TRY(apply_device_program(*device_program, layout, cgroups.dirs()));
     state.cgroup_dirs = cgroups.dirs();
     state.cgroup_dirs_created = cgroups.created();
+    trace::mark("create: cgroups made");
     FB_ASSIGN(auto namespaces, open_namespaces(plan.joins));
     // Zygote mode: fresh namespaces from a warm template instead of making them now.
     std::vector<OpenNamespace> warm = take_warm_namespaces(opt, spec, plan);
@@ -265,6 +273,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     // intermediate path, all of them (joins must happen first).
     uint64_t flags = args.intermediate ? 0 : (plan.new_namespaces & ~(CLONE_NEWCGROUP | CLONE_NEWTIME | warm_flags));
     std::fflush(nullptr);
+    trace::mark("create: clone");
     pid_t child;
     {
         // Otherwise init inherits the template's namespaces from us: we enter them for the
@@ -280,6 +289,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
         }
     }
     if (child < 0) return sys_error("clone container init");
+    trace::mark("create: cloned");
     ChildGuard child_guard(child);
     std::optional<ChildGuard> init_guard;
     // The child's end is the child's now: keeping a copy would hide its exit from recv().
@@ -290,6 +300,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     // Placement is done: clone3 put the child in the v2 cgroup, and it joins the v1
     // hierarchies itself through these fds (see join_v1_cgroups).
     task_files.clear();
+    trace::mark("create: go");
     auto init_pid = drive_init(child, parent_end.get(), plan, state, init_guard,
                                spec.linux && spec.linux->seccomp ? &*spec.linux->seccomp : nullptr);
     if (!init_pid) {
@@ -305,6 +316,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
         child_guard.dismiss();
         (void)wait_child(child);
     }
+    trace::mark("create: init ready");
     state.pid = *init_pid;
     auto st = read_proc_stat(state.pid);
     if (!st) return fail(ESRCH, "container init exited during setup");
@@ -317,6 +329,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     child_guard.dismiss();
     if (init_guard) init_guard->dismiss();
     cgroups.commit();
+    trace::mark("create: done");
     dir_guard.armed = false;
     log::debug("created container " + opt.id + " with init pid " + std::to_string(state.pid));
     return state.pid;

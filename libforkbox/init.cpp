@@ -21,6 +21,7 @@
 #include "libforkbox/state.hpp"
 #include "libforkbox/sync.hpp"
 #include "libforkbox/terminal.hpp"
+#include "libforkbox/trace.hpp"
 #include "libforkbox/syscalls.hpp"
 
 namespace forkbox {
@@ -66,16 +67,20 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     // Nothing in the container may open this process's /proc files (and through them the
     // forkbox binary) before execve resets dumpability.
     ::prctl(PR_SET_DUMPABLE, 0);
+    trace::mark("init: first");
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     // SIG_IGN survives execve: what the caller ignored (conmon ignores SIGPIPE) must not
     // reach the container.
     reset_signal_dispositions();
+    trace::mark("init: signals reset");
 
     // Into the v1 cgroups before anything else can fork (v2: clone3 put us there).
     FB_TRY(join_v1_cgroups(a.cgroup_task_fds));
+    trace::mark("init: cloned");
     FB_ASSIGN(auto go, sync_expect(a.sync_fd, SyncType::Go));
+    trace::mark("init: go");
     state_json = std::move(go.payload);
 
     if (a.intermediate) {
@@ -104,9 +109,11 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     if (plan.set_hostname) FB_TRY(set_hostname(plan.hostname));
     if (plan.set_domainname) FB_TRY(set_domainname(plan.domainname));
 
+    trace::mark("init: namespaces set");
     RootfsContext ctx{plan, *a.cgroup_layout, a.cgroup_dirs, in_userns,
                       (plan.new_namespaces & CLONE_NEWCGROUP) != 0};
     FB_TRY(prepare_rootfs(ctx));
+    trace::mark("init: mounts done");
 
     if (!plan.hooks.prestart.empty() || !plan.hooks.create_runtime.empty()) {
         FB_TRY(sync_send(a.sync_fd, SyncType::RuntimeHooks));
@@ -119,6 +126,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     // Before finalize_rootfs: /proc/sys is usually one of the read-only paths.
     FB_TRY(apply_sysctls(plan.sysctl));
     FB_TRY(finalize_rootfs(ctx));
+    trace::mark("init: rootfs final");
 
     const oci::Process& proc = plan.process;
     if (proc.terminal) {
@@ -148,6 +156,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
         return sys_error("prctl no_new_privs");
 
     ::prctl(PR_SET_PDEATHSIG, 0);
+    trace::mark("init: ready");
     FB_TRY(sync_send(a.sync_fd, SyncType::Ready));
     ::close(a.sync_fd);
     a.sync_fd = -1;
@@ -158,6 +167,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     if (::write(fifo, "0", 1) != 1) return sys_error("write exec fifo");
     ::close(fifo);
     ::close(a.state_dir_fd);
+    trace::mark("init: started");
 
     FB_TRY(run_hooks(plan.hooks.start_container, state_json, "startContainer"));
 
@@ -169,6 +179,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     // No host fd may survive into the container (CVE-2024-21626 class).
     sys::close_range(static_cast<unsigned>(3 + a.preserve_fds), ~0U, CLOSE_RANGE_CLOEXEC);
     if (a.seccomp && !seccomp_early) FB_TRY(load_seccomp(*a.seccomp));
+    trace::mark("init: exec");
     auto exec = exec_through_stub(a.exec_stub_fd, exe, argv.data(), envp.data(), a.seccomp);
     return fail(0, "exec: \"" + proc.args[0] + "\": " + go_errno_text(exec.error().errnum()));
 }
