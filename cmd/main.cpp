@@ -166,7 +166,9 @@ int main(int argc, char** argv) {
     if (!rootless.empty() && rootless != "false" && rootless != "auto" && ::geteuid() == 0)
         log::debug("--rootless=" + rootless + " ignored when running as root");
     try {
-        return it->second(g, args);
+        int rc = it->second(g, args);
+        trace::mark("exit");
+        return rc;
     } catch (const UsageError& e) {
         return report(e.what());
     } catch (const po::error& e) {

@@ -178,6 +178,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     envp.push_back(nullptr);
     // No host fd may survive into the container (CVE-2024-21626 class).
     sys::close_range(static_cast<unsigned>(3 + a.preserve_fds), ~0U, CLOSE_RANGE_CLOEXEC);
+    trace::mark("init: fds closed");
     if (a.seccomp && !seccomp_early) FB_TRY(load_seccomp(*a.seccomp));
     trace::mark("init: exec");
     auto exec = exec_through_stub(a.exec_stub_fd, exe, argv.data(), envp.data(), a.seccomp);

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <optional>
 
 #include "libforkbox/syscalls.hpp"
 
@@ -33,11 +34,37 @@ Result<unique_fd> open_in_root(int root_fd, const std::string& path) {
 }
 
 namespace {
+// The common case, a missing last component under an existing parent (/dev/pts,
+// /sys/fs/cgroup/cpu): created in the parent, resolved inside the root, in four syscalls
+// rather than a walk. Anything else (a missing parent, a dangling symlink, a race) is left
+// to the walk below: nullopt.
+std::optional<unique_fd> create_last_component(int root_fd, const std::string& path, bool file) {
+    size_t end = path.find_last_not_of('/');
+    if (end == std::string::npos) return std::nullopt;
+    size_t slash = path.rfind('/', end);
+    std::string name = path.substr(slash == std::string::npos ? 0 : slash + 1,
+                                   end - (slash == std::string::npos ? 0 : slash + 1) + 1);
+    if (name == "." || name == "..") return std::nullopt;
+    auto parent = open_in_root(root_fd, slash == std::string::npos ? "/" : path.substr(0, slash));
+    if (!parent) return std::nullopt;
+    if (file) {
+        int fd = ::openat(parent->get(), name.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0) return std::nullopt;  // EEXIST: a dangling symlink, or a race
+        ::close(fd);
+    } else if (::mkdirat(parent->get(), name.c_str(), 0755) < 0) {
+        return std::nullopt;
+    }
+    auto made = open_in_root(root_fd, path);
+    if (!made) return std::nullopt;
+    return std::move(*made);
+}
+
 Result<unique_fd> create_in_root_depth(int root_fd, const std::string& path, bool file, int depth) {
     auto existing = open_in_root(root_fd, path);
     if (existing) return existing;
     if (existing.error().errnum() != ENOENT) return existing;
     if (depth > 40) return fail(ELOOP, "create " + path + " in rootfs: too many symlinks");
+    if (auto made = create_last_component(root_fd, path, file)) return std::move(*made);
 
     // Walk down the path: each prefix is resolved inside the root, each missing component
     // is created relative to its (already confined) parent fd.

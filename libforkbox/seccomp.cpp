@@ -284,6 +284,11 @@ Result<SeccompProgram> compile_seccomp(const oci::Seccomp& sc) {
         if (int rc = seccomp_attr_set(ctx, attr, 1); rc < 0)
             return lib_error(rc, "flag " + flag_label(attr));
 
+    // A binary search over syscall numbers instead of a linear chain: the kernel runs the
+    // filter once per syscall number when it loads it (to build its allow cache), so a
+    // 350-rule profile loads several times faster, and every syscall costs log(n) jumps.
+    (void)seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
+
     for (uint32_t arch : plan.arches) {
         int rc = seccomp_arch_add(ctx, arch);
         // The native arch is in every new context.
