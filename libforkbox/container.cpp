@@ -169,7 +169,7 @@ void kill_and_wait(const ContainerState& s) {
 
 void run_poststop_hooks_of(const ContainerDir& dir, const ContainerState& s) {
     auto text = read_file_at(dir.fd(), kConfigFile);
-    if (!text) return;
+    if (!text || !config_may_have_hooks(*text, "poststop")) return;
     auto spec = oci::parse_config(*text);
     if (spec && spec->hooks) run_poststop_hooks(spec->hooks->poststop, s);
 }
@@ -233,7 +233,7 @@ Result<void> start_container(const StateStore& store, const std::string& id) {
     ::unlinkat(dir.fd(), kExecFifo, 0);
 
     auto text = read_file_at(dir.fd(), kConfigFile);
-    if (text) {
+    if (text && config_may_have_hooks(*text, "poststart")) {
         auto spec = oci::parse_config(*text);
         if (spec && spec->hooks && !spec->hooks->poststart.empty()) {
             auto r = run_hooks(spec->hooks->poststart, hook_state_json(info.state, "running"), "poststart",

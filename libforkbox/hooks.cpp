@@ -140,4 +140,8 @@ Result<void> run_hooks(const std::vector<oci::Hook>& hooks, std::string_view sta
     return {};
 }
 
+bool config_may_have_hooks(std::string_view config_text, std::string_view phase) {
+    return config_text.find(phase) != std::string_view::npos || config_text.find("\\u") != std::string_view::npos;
+}
+
 }  // namespace forkbox
