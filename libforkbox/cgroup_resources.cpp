@@ -385,7 +385,24 @@ Result<void> apply_cgroup_writes(const std::vector<CgroupWrite>& writes, const C
             parent = leaf.substr(0, next);
         }
     }
-    for (const auto& w : writes) FB_TRY(write_cgroup_file(dirs[w.hierarchy], w.file, w.value, w.if_exists));
+    // Runs of writes to one file (the device rules: a dozen lines to devices.allow) share
+    // one open file: each write is still one command to the kernel.
+    unique_fd open_file;
+    std::string open_path;
+    for (const auto& w : writes) {
+        std::string path = dirs[w.hierarchy] + "/" + w.file;
+        if (path != open_path) {
+            open_file.reset(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+            open_path = path;
+            if (!open_file) {
+                open_path.clear();
+                if (w.if_exists && errno == ENOENT) continue;
+                return sys_error("cgroup: open " + path);
+            }
+        }
+        if (::write(open_file.get(), w.value.data(), w.value.size()) < 0)
+            return sys_error("cgroup: write " + w.file + "=" + w.value);
+    }
     return {};
 }
 

@@ -98,5 +98,7 @@ Result<void> write_pid_file(const std::string& path, pid_t pid);
 
 // Now as RFC 3339 with nanoseconds in UTC ("2026-12-01T03:44:33.123456789Z").
 std::string rfc3339_now();
+// A UTC time as RFC 3339 with nanoseconds, as runc writes "created".
+std::string rfc3339_utc(int64_t seconds, long nanoseconds);
 
 }  // namespace forkbox

@@ -158,3 +158,17 @@ TEST(ContainerId, LongerThanMaxLengthIsRefused) {
     ASSERT_FALSE(r.has_value());
     EXPECT_EQ(r.error().what(), "invalid container ID format: longer than 1024 bytes");
 }
+
+TEST(Rfc3339Utc, MatchesGmtime) {
+    // Epoch, leap days, century rules, far future, and one second before the epoch.
+    const int64_t samples[] = {0, 951782400, 951868800, 1796114919, 4102444800, 253402300799, -1, 68256000};
+    for (int64_t t : samples) {
+        time_t tt = static_cast<time_t>(t);
+        struct tm tm;
+        ASSERT_NE(gmtime_r(&tt, &tm), nullptr);
+        char want[64];
+        size_t n = strftime(want, sizeof want, "%Y-%m-%dT%H:%M:%S", &tm);
+        std::snprintf(want + n, sizeof want - n, ".%09dZ", 123);
+        EXPECT_EQ(forkbox::rfc3339_utc(t, 123), want) << t;
+    }
+}
