@@ -10,13 +10,13 @@ namespace forkbox::cmd {
 
 namespace {
 
-// The template key of a bundle's config.json (--warm).
-Result<int> bundle_key(const std::string& bundle) {
+// The template key and cgroup parent of a bundle's config.json (--warm).
+Result<std::pair<int, std::string>> bundle_key(const std::string& bundle) {
     FB_ASSIGN(std::string text, read_file(bundle + "/config.json"));
     auto spec = oci::parse_config(text);
     if (!spec) return std::unexpected(spec.error().wrap(bundle + "/config.json"));
     FB_ASSIGN(Plan plan, make_plan(*spec, PlanOptions{"warm", bundle}));
-    return zygote::template_key(plan);
+    return std::pair{zygote::template_key(plan), zygote::cgroup_parent(plan.cgroups_path)};
 }
 
 }  // namespace
@@ -46,7 +46,7 @@ int cmd_daemon(const Globals&, const std::vector<std::string>& args) {
     for (const auto& b : warm) {
         auto key = bundle_key(b);
         if (!key) return report(key.error());
-        if (*key == 0) return report("--warm " + b + ": no template fits this bundle (user namespace or no new namespaces)");
+        if (key->first == 0) return report("--warm " + b + ": no template fits this bundle (user namespace or no new namespaces)");
         o.warm_keys.push_back(*key);
     }
     auto r = zygote::run_daemon(o);

@@ -207,3 +207,70 @@ zrun() {
 	assert_failure
 	assert_output --partial "another daemon"
 }
+
+# spares_of PID: the daemon's spare cgroups in the cpu hierarchy (v1).
+spares_of() {
+	local d
+	for d in /sys/fs/cgroup/cpu/forkbox/.zygote-"$1"-*; do
+		[[ -d $d ]] && echo "$d"
+	done
+	return 0
+}
+
+@test "zygote: templates carry spare v1 cgroups, which become the container's own" {
+	[[ -f /sys/fs/cgroup/cpu/cgroup.procs ]] || skip "no cgroup v1 cpu hierarchy on this host"
+	start_daemon --pool 2 --warm "$BUNDLE"
+	wait_ready 2
+	run spares_of "$DAEMON_PID"
+	assert_equal "${#lines[@]}" 2
+	local before=("${lines[@]}")
+	zrun create --bundle "$BUNDLE" "$CID" </dev/null >/dev/null 2>&1 3>&- 4>&-
+	assert_equal "$(stat_of served)" 1
+	local pid
+	pid=$(container_pid "$CID")
+	# One of the spares was renamed: the container's cgroup, with init in it.
+	local gone=0 s
+	for s in "${before[@]}"; do [[ -d $s ]] || gone=$((gone + 1)); done
+	assert_equal "$gone" 1
+	local h
+	for h in cpu memory cpuset pids; do
+		[[ -d /sys/fs/cgroup/$h/forkbox/$CID ]] || fail "no $h cgroup for the container"
+		grep -qx "$pid" "/sys/fs/cgroup/$h/forkbox/$CID/tasks" || fail "init is not in its $h cgroup"
+	done
+	# A renamed cpuset cgroup has cpus and memory nodes, as a fresh one would.
+	assert_equal "$(cat /sys/fs/cgroup/cpuset/forkbox/"$CID"/cpuset.cpus)" "$(cat /sys/fs/cgroup/cpuset/forkbox/cpuset.cpus)"
+	assert_equal "$(cat /sys/fs/cgroup/cpuset/forkbox/"$CID"/cpuset.mems)" "$(cat /sys/fs/cgroup/cpuset/forkbox/cpuset.mems)"
+	runtime start "$CID"
+	runtime kill "$CID" KILL
+	wait_for_status "$CID" stopped
+	runtime delete "$CID"
+	for h in cpu memory cpuset pids; do
+		[[ ! -e /sys/fs/cgroup/$h/forkbox/$CID ]] || fail "the $h cgroup outlived the container"
+	done
+}
+
+@test "zygote: spare cgroups go with the daemon, and a SIGKILLed daemon's are removed by the next" {
+	[[ -f /sys/fs/cgroup/cpu/cgroup.procs ]] || skip "no cgroup v1 cpu hierarchy on this host"
+	start_daemon --pool 2 --warm "$BUNDLE"
+	wait_ready 2
+	local first=$DAEMON_PID
+	stop_daemon
+	run spares_of "$first"
+	assert_output ""
+	run ls -d /sys/fs/cgroup/memory/forkbox/.zygote-"$first"-*
+	assert_failure
+
+	start_daemon --pool 2 --warm "$BUNDLE"
+	wait_ready 2
+	local killed=$DAEMON_PID
+	kill -KILL "$killed"
+	wait "$killed" 2>/dev/null || true
+	DAEMON_PID=
+	run spares_of "$killed"
+	assert_equal "${#lines[@]}" 2
+	start_daemon --pool 1
+	run spares_of "$killed"
+	assert_output ""
+	run ls -d /sys/fs/cgroup/memory/forkbox/.zygote-"$killed"-*
+	assert_failure
+}

@@ -126,6 +126,8 @@ std::optional<ControllerDir> controller_dir(const CgroupLayout& layout, const st
 namespace {
 // A new v1 cpuset starts with empty cpus and mems, and attaching a task to it fails with
 // ENOSPC: copy the parent's values first, as runc does.
+}  // namespace
+
 Result<void> inherit_cpuset(const std::string& dir) {
     std::string parent = dir.substr(0, dir.find_last_of('/'));
     for (const char* file : {"cpuset.cpus", "cpuset.mems"}) {
@@ -139,17 +141,37 @@ Result<void> inherit_cpuset(const std::string& dir) {
     }
     return {};
 }
-}  // namespace
 
 CgroupPlacement::~CgroupPlacement() {
     if (!committed_ && !created_.empty()) (void)remove_cgroups(created_);
 }
 
-Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::string& path) {
+Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::string& path,
+                                       const std::string& spare) {
     CgroupPlacement p;
+    // Spares under the parent that no hierarchy renamed are removed, success or not.
+    std::string parent = path.substr(0, path.find_last_of('/'));
+    std::vector<std::string> unused_spares;
+    struct RemoveUnused {
+        std::vector<std::string>* dirs;
+        ~RemoveUnused() {
+            for (const auto& d : *dirs) ::rmdir(d.c_str());
+        }
+    } remove_unused{&unused_spares};
     for (const auto& h : layout.hierarchies) {
         bool is_cpuset = hierarchy_has(h, "cpuset");
         std::string dir = h.mountpoint;
+        if (!spare.empty() && !h.unified) {
+            // The zygote daemon's spare (parent made, cpuset filled): one rename.
+            std::string spare_dir = h.mountpoint + parent + "/" + spare;
+            std::string leaf = h.mountpoint + path;
+            if (::rename(spare_dir.c_str(), leaf.c_str()) == 0) {
+                p.created_.push_back(leaf);
+                p.dirs_.push_back(leaf);
+                continue;
+            }
+            unused_spares.push_back(spare_dir);
+        }
         size_t i = 1;
         while (i <= path.size()) {
             size_t j = path.find('/', i);

@@ -69,7 +69,7 @@ public:
     // Write-only fds of the v1 hierarchies' `tasks` files, for join_v1_cgroups in the child.
     Result<std::vector<unique_fd>> open_v1_task_files(const CgroupLayout& layout) const;
 
-    friend Result<CgroupPlacement> create_cgroups(const CgroupLayout&, const std::string& path);
+    friend Result<CgroupPlacement> create_cgroups(const CgroupLayout&, const std::string&, const std::string&);
 
 private:
     std::vector<std::string> dirs_;
@@ -84,8 +84,14 @@ private:
 // on v1 hosts); the kernel checks permission against the opener's (root's) credentials.
 Result<void> join_v1_cgroups(const std::vector<int>& task_fds);
 
-// Makes (mkdir -p) the cgroup at `path` (absolute, relative to each hierarchy's root).
-Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::string& path);
+// Makes (mkdir -p) the cgroup at `path` (absolute, relative to each hierarchy's root). With
+// `spare`, the name of a zygote template's spare cgroup under path's parent, each v1
+// hierarchy renames the spare instead; spares not renamed are removed.
+Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::string& path,
+                                       const std::string& spare = {});
+
+// A new v1 cpuset cgroup starts with no cpus and no memory nodes: copies its parent's.
+Result<void> inherit_cpuset(const std::string& dir);
 
 // Removes directories forkbox created, children first; retries briefly while the kernel
 // is still releasing exited tasks (EBUSY).

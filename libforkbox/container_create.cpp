@@ -77,27 +77,25 @@ Result<LoadedConfig> load_bundle_config(const std::string& bundle) {
     return c;
 }
 
-// The namespaces a zygote daemon has warm for this plan, when zygote mode is on; empty
-// otherwise (the cold path makes them).
-std::vector<OpenNamespace> take_warm_namespaces(const CreateOptions& opt, const oci::Spec& spec, const Plan& plan) {
+// The template a zygote daemon has warm for this plan, when zygote mode is on; nullopt
+// otherwise (the cold path makes namespaces and cgroups).
+std::optional<zygote::Template> take_warm_template(const CreateOptions& opt, const oci::Spec& spec, const Plan& plan) {
     std::string socket = opt.zygote_socket;
     if (socket.empty()) {
         auto a = spec.annotations.find(zygote::kAnnotation);
-        if (a == spec.annotations.end() || a->second != "true") return {};
+        if (a == spec.annotations.end() || a->second != "true") return std::nullopt;
         socket = zygote::default_socket_path();
     }
     int key = zygote::template_key(plan);
     if (key == 0) {
         log::debug("zygote: cold path: no template fits this container (user namespace)");
-        return {};
+        return std::nullopt;
     }
-    auto t = zygote::take_template(socket, key);
-    if (!t) return {};
-    log::debug("zygote: warm namespaces from " + socket);
-    return std::move(*t);
+    auto t = zygote::take_template(socket, key, zygote::cgroup_parent(plan.cgroups_path));
+    if (t) log::debug("zygote: warm namespaces from " + socket);
+    return t;
 }
 
-// sd_listen_fds(3): sockets passed to forkbox by socket activation (fds 3..3+N-1).
 int activation_fds() {
     const char* pid = std::getenv("LISTEN_PID");
     const char* fds = std::getenv("LISTEN_FDS");
@@ -227,7 +225,17 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
         FB_ASSIGN(cgroup_writes, plan_cgroup_writes(*spec.linux->resources, layout, spec.linux->devices));
         FB_ASSIGN(device_program, plan_device_program(*spec.linux->resources, layout, spec.linux->devices));
     }
-    FB_ASSIGN(CgroupPlacement cgroups, create_cgroups(layout, plan.cgroups_path));
+    // Zygote mode: fresh namespaces and spare cgroups from a warm template instead of
+    // making them now. Taken right before the cgroups, which consume the spares.
+    trace::mark("create: zygote ask");
+    std::optional<zygote::Template> warm_template = take_warm_template(opt, spec, plan);
+    std::vector<OpenNamespace> warm;
+    std::string spare_cgroup;
+    if (warm_template) {
+        warm = std::move(warm_template->namespaces);
+        spare_cgroup = warm_template->spare_cgroup;
+    }
+    FB_ASSIGN(CgroupPlacement cgroups, create_cgroups(layout, plan.cgroups_path, spare_cgroup));
     // Before clone, so the limits hold from the container's first instruction; on failure
     // the placement guard removes the cgroups again. The device program's fd is closed once
     // it is attached, so init never holds it.
@@ -237,8 +245,6 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     state.cgroup_dirs_created = cgroups.created();
     trace::mark("create: cgroups made");
     FB_ASSIGN(auto namespaces, open_namespaces(plan.joins));
-    // Zygote mode: fresh namespaces from a warm template instead of making them now.
-    std::vector<OpenNamespace> warm = take_warm_namespaces(opt, spec, plan);
     int warm_flags = 0;
     for (const auto& ns : warm) warm_flags |= ns.clone_flag;
 

@@ -11,6 +11,7 @@ namespace forkbox::trace {
 
 namespace {
 int trace_fd = -1;
+pid_t opener = 0;  // the forkbox process that opened the file
 }
 
 void open_from_env() {
@@ -21,6 +22,7 @@ void open_from_env() {
     // Far above the fds a caller passes on (--preserve-fds, LISTEN_FDS).
     trace_fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 900);
     ::close(fd);
+    opener = ::getpid();
 }
 
 void mark(const char* label) {
@@ -28,8 +30,12 @@ void mark(const char* label) {
     struct timespec ts;
     ::clock_gettime(CLOCK_MONOTONIC, &ts);
     char line[160];
-    int n = std::snprintf(line, sizeof line, "%d %lld %s\n", static_cast<int>(::getpid()),
-                          static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec, label);
+    long long ns = static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+    pid_t pid = ::getpid();
+    // A child (container init, pid 1 in its own namespace) names the process it came from.
+    int n = pid == opener ? std::snprintf(line, sizeof line, "%d %lld %s\n", static_cast<int>(pid), ns, label)
+                          : std::snprintf(line, sizeof line, "%d/%d %lld %s\n", static_cast<int>(pid),
+                                          static_cast<int>(opener), ns, label);
     if (n > 0) (void)!::write(trace_fd, line, static_cast<size_t>(n) < sizeof line ? n : sizeof line - 1);
 }
 

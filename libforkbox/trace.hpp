@@ -1,6 +1,7 @@
 // A timeline of the critical path, for measuring it: with FORKBOX_TRACE=FILE every forkbox
 // process (and container init, up to its execve) appends "PID NANOSECONDS LABEL" lines,
-// CLOCK_MONOTONIC, to FILE. Off (one branch per mark) without the variable.
+// CLOCK_MONOTONIC, to FILE; a forked child writes "PID/PARENT" (init's PID is 1 in its
+// own pid namespace). Off (one branch per mark) without the variable.
 #pragma once
 
 namespace forkbox::trace {

@@ -90,9 +90,56 @@ int namespace_count(int key) {
     return n;
 }
 
+std::string cgroup_parent(const std::string& cgroups_path) {
+    size_t slash = cgroups_path.find_last_of('/');
+    if (slash == std::string::npos || slash == 0) return "/";
+    return cgroups_path.substr(0, slash);
+}
+
+namespace {
+constexpr std::string_view kSparePrefix = ".zygote-";
+
+// What a request may name as a cgroup parent: absolute, no "." or ".." components, no
+// spaces (the protocol's separator) or control characters.
+bool valid_cgroup_parent(std::string_view p) {
+    if (p.empty() || p[0] != '/' || p.size() > 1024) return false;
+    for (char c : p)
+        if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) return false;
+    size_t i = 0;
+    while (i < p.size()) {
+        size_t j = p.find('/', i + 1);
+        if (j == std::string_view::npos) j = p.size();
+        std::string_view part = p.substr(i + 1, j - i - 1);
+        if (part == "." || part == ".." || (part.empty() && p.size() > 1)) return false;
+        i = j;
+    }
+    return true;
+}
+}  // namespace
+
+bool valid_spare_name(std::string_view name) {
+    if (!name.starts_with(kSparePrefix) || name.size() == kSparePrefix.size() || name.size() > 64) return false;
+    for (char c : name.substr(kSparePrefix.size()))
+        if (!(c >= '0' && c <= '9') && c != '-') return false;
+    return true;
+}
+
+std::string spare_name(pid_t daemon_pid, long sequence) {
+    return std::string(kSparePrefix) + std::to_string(daemon_pid) + "-" + std::to_string(sequence);
+}
+
+pid_t spare_owner(std::string_view name) {
+    if (!valid_spare_name(name)) return 0;
+    std::string_view rest = name.substr(kSparePrefix.size());
+    auto pid = parse_int(rest.substr(0, rest.find('-')));
+    return pid && *pid > 0 ? *pid : 0;
+}
+
 std::string encode_request(const Request& r) {
     if (r.op == Request::Op::Stats) return "stats";
-    return "take " + std::to_string(r.key);
+    std::string out = "take " + std::to_string(r.key);
+    if (!r.cgroup_parent.empty()) out += " " + r.cgroup_parent;
+    return out;
 }
 
 Result<Request> decode_request(std::string_view text) {
@@ -102,22 +149,51 @@ Result<Request> decode_request(std::string_view text) {
         return r;
     }
     if (!text.starts_with("take ")) return fail(EPROTO, "unknown request");
-    FB_ASSIGN(r.key, parse_int(text.substr(5)));
+    std::string_view rest = text.substr(5);
+    size_t space = rest.find(' ');
+    FB_ASSIGN(r.key, parse_int(rest.substr(0, space)));
     if (r.key == 0 || (r.key & ~kTemplateNamespaces)) return fail(EPROTO, "bad template key");
+    if (space != std::string_view::npos) {
+        std::string_view parent = rest.substr(space + 1);
+        if (!valid_cgroup_parent(parent)) return fail(EPROTO, "bad cgroup parent");
+        r.cgroup_parent = std::string(parent);
+    }
     return r;
 }
 
-std::optional<std::vector<OpenNamespace>> take_template(const std::string& socket_path, int key) {
-    auto attempt = [&]() -> Result<std::vector<OpenNamespace>> {
+std::string encode_reply(const Reply& r) {
+    std::string out = "ok " + std::to_string(r.key);
+    if (!r.spare.empty()) out += " " + r.spare;
+    return out;
+}
+
+Result<Reply> decode_reply(std::string_view text) {
+    if (!text.starts_with("ok ")) return fail(EPROTO, "unexpected reply from the zygote daemon: " + std::string(text));
+    std::string_view rest = text.substr(3);
+    size_t space = rest.find(' ');
+    Reply r;
+    FB_ASSIGN(r.key, parse_int(rest.substr(0, space)));
+    if (space != std::string_view::npos) {
+        std::string_view spare = rest.substr(space + 1);
+        if (!valid_spare_name(spare)) return fail(EPROTO, "bad spare cgroup name from the zygote daemon");
+        r.spare = std::string(spare);
+    }
+    return r;
+}
+
+std::optional<Template> take_template(const std::string& socket_path, int key, const std::string& cgroup_parent) {
+    auto attempt = [&]() -> Result<Template> {
         FB_ASSIGN(unique_fd sock, connect_daemon(socket_path));
-        std::string req = encode_request({Request::Op::Take, key});
+        std::string req = encode_request({Request::Op::Take, key, cgroup_parent});
         if (::send(sock.get(), req.data(), req.size(), MSG_NOSIGNAL) < 0) return sys_error("send to the zygote daemon");
         std::vector<unique_fd> fds;
         FB_ASSIGN(std::string reply, receive(sock.get(), fds, static_cast<size_t>(namespace_count(key))));
         if (reply == "none") return fail(ENOENT, "no warm template for this container");
-        if (reply != "ok " + std::to_string(key) || fds.size() != static_cast<size_t>(namespace_count(key)))
+        FB_ASSIGN(Reply decoded, decode_reply(reply));
+        if (decoded.key != key || fds.size() != static_cast<size_t>(namespace_count(key)))
             return fail(EPROTO, "unexpected reply from the zygote daemon: " + reply);
-        std::vector<OpenNamespace> out;
+        Template out;
+        out.spare_cgroup = decoded.spare;
         size_t next = 0;
         for (int flag : kTemplateOrder) {
             if (!(key & flag)) continue;
@@ -128,7 +204,7 @@ std::optional<std::vector<OpenNamespace>> take_template(const std::string& socke
             ns.clone_flag = flag;
             ns.path = "zygote template";
             ns.fd = std::move(fds[next++]);
-            out.push_back(std::move(ns));
+            out.namespaces.push_back(std::move(ns));
         }
         return out;
     };
@@ -142,7 +218,7 @@ std::optional<std::vector<OpenNamespace>> take_template(const std::string& socke
 
 Result<std::string> daemon_stats(const std::string& socket_path) {
     FB_ASSIGN(unique_fd sock, connect_daemon(socket_path));
-    std::string req = encode_request({Request::Op::Stats, 0});
+    std::string req = encode_request({Request::Op::Stats, 0, {}});
     if (::send(sock.get(), req.data(), req.size(), MSG_NOSIGNAL) < 0) return sys_error("send to the zygote daemon");
     std::vector<unique_fd> fds;
     return receive(sock.get(), fds, 0);

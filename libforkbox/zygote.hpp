@@ -4,9 +4,16 @@
 // takes one per container, and anything unexpected makes the client fall back to the cold
 // path: zygote mode never makes a create fail.
 //
+// Besides namespaces, a template holds spare cgroups: a directory with a made-up name
+// (".zygote-PID-N") under the container's cgroup parent in every cgroup v1 hierarchy,
+// which the client renames to the container's own (v1 mkdir with its controllers costs
+// tens of us per hierarchy, rename a few; cgroup v2 has no rename, so v2 is made as usual).
+//
 // Protocol: one SOCK_SEQPACKET connection per request, one message each way.
-//   client: "take <key>"   daemon: "ok <key>" with one nsfs fd per namespace in the key
-//                                  (SCM_RIGHTS, in kTemplateOrder), or "none"
+//   client: "take <key> <cgroup parent>"
+//                          daemon: "ok <key> <spare cgroup name>" (or "ok <key>" without spares)
+//                                  with one nsfs fd per namespace in the key (SCM_RIGHTS, in
+//                                  kTemplateOrder), or "none"
 //   client: "stats"        daemon: "stats served=N missed=N ready=N pools=N"
 #pragma once
 
@@ -42,16 +49,39 @@ int template_key(const Plan& plan);
 // Number of namespaces (fds) in a key.
 int namespace_count(int key);
 
+// The directory holding a container's cgroup ("/forkbox" for "/forkbox/ID"): spare cgroups
+// live there, since a cgroup can only be renamed within its parent.
+std::string cgroup_parent(const std::string& cgroups_path);
+
+// A spare cgroup name is ".zygote-" and digits and dashes: never a path.
+bool valid_spare_name(std::string_view name);
+// Spare cgroup names of daemon `pid`, and whose daemon a name belongs to (0: not a spare).
+std::string spare_name(pid_t daemon_pid, long sequence);
+pid_t spare_owner(std::string_view name);
+
 struct Request {
     enum class Op { Take, Stats } op = Op::Take;
     int key = 0;
+    std::string cgroup_parent;  // absolute, clean; "" from a client without spares
 };
 std::string encode_request(const Request& r);
 Result<Request> decode_request(std::string_view text);
 
+struct Reply {
+    int key = 0;
+    std::string spare;  // "" when the template has no spare cgroups
+};
+std::string encode_reply(const Reply& r);
+Result<Reply> decode_reply(std::string_view text);
+
+struct Template {
+    std::vector<OpenNamespace> namespaces;
+    std::string spare_cgroup;  // a name under the cgroup parent, or ""
+};
+
 // Client side. Takes a template for `key`; nullopt (logged at debug level) on any problem:
 // no daemon, a refusal, an empty pool, a slow daemon.
-std::optional<std::vector<OpenNamespace>> take_template(const std::string& socket_path, int key);
+std::optional<Template> take_template(const std::string& socket_path, int key, const std::string& cgroup_parent);
 
 // Client side, for tests and `forkbox daemon --stats`: the daemon's counters line.
 Result<std::string> daemon_stats(const std::string& socket_path);

@@ -1,10 +1,11 @@
 // The daemon's event loop. Single-threaded and never blocking on template construction:
 // a template is built by a forked builder that unshares the namespaces (the kernel's cost
 // lands in the builder, not here), brings lo up, and reports over a pipe; the loop then
-// opens the builder's nsfs files, kills it, and pools the fds. Requests are answered from
-// the pool only.
+// opens the builder's nsfs files, kills it, and pools the fds. The builder also makes the
+// template's spare cgroups (zygote.hpp). Requests are answered from the pool only.
 #include "libforkbox/zygote_daemon.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -21,10 +22,13 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 
+#include "libforkbox/cgroups.hpp"
 #include "libforkbox/fd.hpp"
 #include "libforkbox/log.hpp"
 #include "libforkbox/namespaces.hpp"
+#include "libforkbox/state.hpp"
 #include "libforkbox/syscalls.hpp"
 #include "libforkbox/unix_socket.hpp"
 #include "libforkbox/zygote.hpp"
@@ -36,14 +40,53 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A template's spare cgroup: the same directory name in every cgroup v1 hierarchy, removed
+// unless a client took it.
+class SpareCgroup {
+public:
+    SpareCgroup() = default;
+    SpareCgroup(std::string name, std::vector<std::string> dirs) : name_(std::move(name)), dirs_(std::move(dirs)) {}
+    SpareCgroup(SpareCgroup&& o) noexcept : name_(std::move(o.name_)), dirs_(std::move(o.dirs_)) { o.dirs_.clear(); }
+    SpareCgroup& operator=(SpareCgroup&& o) noexcept {
+        if (this != &o) {
+            remove();
+            name_ = std::move(o.name_);
+            dirs_ = std::move(o.dirs_);
+            o.dirs_.clear();
+        }
+        return *this;
+    }
+    ~SpareCgroup() { remove(); }
+
+    const std::string& name() const { return name_; }
+    // The client renames them: no longer ours.
+    std::string hand_over() {
+        dirs_.clear();
+        return name_;
+    }
+
+private:
+    void remove() {
+        for (const auto& d : dirs_) ::rmdir(d.c_str());
+        dirs_.clear();
+    }
+    std::string name_;
+    std::vector<std::string> dirs_;
+};
+
 struct Template {
     std::vector<unique_fd> fds;  // kTemplateOrder order, the key's namespaces only
+    SpareCgroup spare;
 };
+
+// A kind of container: its template key and cgroup parent.
+using PoolKey = std::pair<int, std::string>;
 
 struct Builder {
     pid_t pid = -1;
-    int key = 0;
+    PoolKey key;
     unique_fd ready;  // readable (one byte) once the namespaces exist
+    SpareCgroup spare;
 };
 
 struct Pool {
@@ -52,12 +95,17 @@ struct Pool {
     Clock::time_point last_used = Clock::now();
 };
 
-// In the builder child: make the namespaces, report, and wait to be killed.
-[[noreturn]] void builder_main(int key, int ready_fd) {
+// In the builder child: make the namespaces and the spare cgroups, report, and wait to be
+// killed. A spare cgroup that cannot be made (a parent missing in a hierarchy) is simply
+// not there: the client then makes that one itself.
+[[noreturn]] void builder_main(int key, int ready_fd, const std::vector<std::string>& spare_dirs,
+                               const std::vector<bool>& spare_is_cpuset) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     // Refill runs on the cores the requests need: at the lowest priority, a builder takes
     // what the containers being created leave idle instead of competing with them.
     (void)::setpriority(PRIO_PROCESS, 0, 19);
+    for (size_t i = 0; i < spare_dirs.size(); ++i)
+        if (::mkdir(spare_dirs[i].c_str(), 0755) == 0 && spare_is_cpuset[i]) (void)inherit_cpuset(spare_dirs[i]);
     char ok = (::unshare(key) == 0 && (!(key & CLONE_NEWNET) || bring_up_loopback())) ? '1' : '0';
     (void)!::write(ready_fd, &ok, 1);
     for (;;) ::pause();
@@ -71,7 +119,8 @@ public:
 private:
     Result<void> listen_socket();
     void refill();
-    void start_builder(int key);
+    void start_builder(const PoolKey& key);
+    void remove_stale_spares();
     void finish_builder(int ready_fd);
     void serve(int conn);
     void evict_idle();
@@ -79,9 +128,11 @@ private:
 
     DaemonOptions opt_;
     unique_fd listener_, signals_;
-    std::map<int, Pool> pools_;
+    std::map<PoolKey, Pool> pools_;
     std::map<int, Builder> builders_;  // by ready fd
     long served_ = 0, missed_ = 0;
+    CgroupLayout cgroups_;  // the v1 hierarchies hold spare cgroups
+    long spare_sequence_ = 0;
 };
 
 Result<void> Daemon::listen_socket() {
@@ -108,22 +159,64 @@ Result<void> Daemon::listen_socket() {
     return {};
 }
 
-void Daemon::start_builder(int key) {
+void Daemon::start_builder(const PoolKey& key) {
     int p[2];
     if (::pipe2(p, O_CLOEXEC) < 0) {
         log::warn("zygote: pipe: " + std::string(std::strerror(errno)));
         return;
     }
     unique_fd rd(p[0]), wr(p[1]);
+    std::vector<std::string> dirs;
+    std::vector<bool> is_cpuset;
+    std::string name;
+    if (!key.second.empty()) {
+        name = spare_name(::getpid(), ++spare_sequence_);
+        std::string parent = key.second == "/" ? "" : key.second;
+        for (const auto& h : cgroups_.hierarchies) {
+            if (h.unified) continue;  // cgroup v2 cannot rename
+            dirs.push_back(h.mountpoint + parent + "/" + name);
+            is_cpuset.push_back(hierarchy_has(h, "cpuset"));
+        }
+    }
     pid_t pid = ::fork();
     if (pid < 0) {
         log::warn("zygote: fork builder: " + std::string(std::strerror(errno)));
         return;
     }
-    if (pid == 0) builder_main(key, wr.get());
+    if (pid == 0) builder_main(key.first, wr.get(), dirs, is_cpuset);
     int fd = rd.get();
-    builders_[fd] = Builder{pid, key, std::move(rd)};
+    builders_[fd] = Builder{pid, key, std::move(rd), SpareCgroup(name, std::move(dirs))};
     ++pools_[key].building;
+}
+
+// Gone, or a zombie nobody reaped yet.
+bool process_gone(pid_t pid) {
+    if (::kill(pid, 0) < 0) return errno == ESRCH;
+    auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+    if (!stat) return true;
+    size_t paren = stat->rfind(')');
+    return paren != std::string::npos && paren + 2 < stat->size() && (*stat)[paren + 2] == 'Z';
+}
+
+// Spare cgroups of daemons that are gone (SIGKILL leaves them), under the parents this
+// daemon knows from the start.
+void Daemon::remove_stale_spares() {
+    std::vector<std::string> parents = {"/forkbox"};
+    for (const auto& [key, parent] : opt_.warm_keys)
+        if (!parent.empty()) parents.push_back(parent == "/" ? "" : parent);
+    for (const auto& h : cgroups_.hierarchies) {
+        if (h.unified) continue;
+        for (const auto& parent : parents) {
+            std::string dir = h.mountpoint + parent;
+            std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+            if (!d) continue;
+            while (auto* e = ::readdir(d.get())) {
+                pid_t owner = spare_owner(e->d_name);
+                if (owner > 0 && owner != ::getpid() && process_gone(owner))
+                    ::rmdir((dir + "/" + e->d_name).c_str());
+            }
+        }
+    }
 }
 
 void Daemon::finish_builder(int ready_fd) {
@@ -136,8 +229,9 @@ void Daemon::finish_builder(int ready_fd) {
     char ok = '0';
     bool built = ::read(b.ready.get(), &ok, 1) == 1 && ok == '1';
     Template t;
+    t.spare = std::move(b.spare);  // removed with t unless it reaches the pool
     for (int flag : kTemplateOrder) {
-        if (!built || !(b.key & flag)) continue;
+        if (!built || !(b.key.first & flag)) continue;
         auto kind = std::string(oci::namespace_kind_by_flag(flag)->proc_name);
         unique_fd fd(::open(("/proc/" + std::to_string(b.pid) + "/ns/" + kind).c_str(), O_RDONLY | O_CLOEXEC));
         if (!fd) built = false;
@@ -145,7 +239,7 @@ void Daemon::finish_builder(int ready_fd) {
     }
     ::kill(b.pid, SIGKILL);  // reaped on SIGCHLD; the fds keep the namespaces
     if (built) pool.ready.push_back(std::move(t));
-    else log::warn("zygote: a template builder failed for key " + std::to_string(b.key));
+    else log::warn("zygote: a template builder failed for key " + std::to_string(b.key.first));
 }
 
 void Daemon::refill() {
@@ -181,7 +275,8 @@ void Daemon::serve(int conn) {
         (void)::send(conn, s.data(), s.size(), MSG_NOSIGNAL);
         return;
     }
-    Pool& pool = pools_[req->key];  // a key asked for is a key kept warm from now on
+    // A kind asked for is a kind kept warm from now on.
+    Pool& pool = pools_[PoolKey{req->key, req->cgroup_parent}];
     pool.last_used = Clock::now();
     if (pool.ready.empty()) {
         ++missed_;
@@ -190,11 +285,14 @@ void Daemon::serve(int conn) {
     }
     Template t = std::move(pool.ready.front());
     pool.ready.pop_front();
-    std::string reply = "ok " + std::to_string(req->key);
+    std::string reply = encode_reply({req->key, t.spare.name()});
     std::vector<int> fds;
     for (const auto& f : t.fds) fds.push_back(f.get());
-    if (send_with_fds(conn, reply, fds, "send a template")) ++served_;
-    // Sent or not, a template is used once: ours close here.
+    if (send_with_fds(conn, reply, fds, "send a template")) {
+        ++served_;
+        t.spare.hand_over();  // the client renames or removes it
+    }
+    // Sent or not, a template is used once: ours close here (and an unsent spare goes).
 }
 
 void Daemon::evict_idle() {
@@ -202,7 +300,7 @@ void Daemon::evict_idle() {
     for (auto it = pools_.begin(); it != pools_.end();) {
         bool idle = now - it->second.last_used > std::chrono::seconds(opt_.evict_after_seconds);
         if (idle && it->second.building == 0) {
-            log::debug("zygote: evicting idle key " + std::to_string(it->first));
+            log::debug("zygote: evicting idle key " + std::to_string(it->first.first) + " " + it->first.second);
             it = pools_.erase(it);
         } else {
             ++it;
@@ -224,7 +322,10 @@ Result<void> Daemon::run() {
     signals_.reset(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
     if (!signals_) return sys_error("signalfd");
     FB_TRY(listen_socket());
-    for (int key : opt_.warm_keys) pools_[key];
+    // No cgroups to read (an odd host): templates without spare cgroups.
+    if (auto layout = detect_cgroup_layout()) cgroups_ = std::move(*layout);
+    remove_stale_spares();
+    for (const auto& key : opt_.warm_keys) pools_[key];
     log::info("zygote daemon listening on " + opt_.socket_path + " (pool " + std::to_string(opt_.pool_size) + ")");
     bool stopping = false;
     while (!stopping) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "libforkbox/error.hpp"
@@ -12,10 +13,13 @@ struct DaemonOptions {
     std::string socket_path;
     int pool_size = 4;               // warm templates kept per key
     int evict_after_seconds = 600;   // a key nobody asked for this long loses its pool
-    std::vector<int> warm_keys;      // keys to keep warm from the start (--warm BUNDLE)
+    // Kinds of container to keep warm from the start (--warm BUNDLE): template key and
+    // cgroup parent.
+    std::vector<std::pair<int, std::string>> warm_keys;
 };
 
-// Serves until SIGTERM or SIGINT, then releases every template and removes the socket.
+// Serves until SIGTERM or SIGINT, then releases every template (namespaces and spare
+// cgroups) and removes the socket. On start, removes spare cgroups left by daemons that died.
 Result<void> run_daemon(const DaemonOptions& options);
 
 }  // namespace forkbox::zygote
