@@ -1,6 +1,7 @@
 # bundle.bash - the demo bundle of bench/run-true.sh and bench/throughput.sh, sourced by both.
 # build_bundle uses: bundle (directory), use_seccomp (1/0), FORKBOX, RUNC, BUSYBOX, repo, prog
 # (the script's name for messages).
+# shellcheck disable=SC2154  # those come from the sourcing script
 
 # The demo bundle: busybox rootfs (reused when present), process /bin/true, terminal off.
 # The config comes from runc's template, which every runtime here accepts, so all of them

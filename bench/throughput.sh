@@ -82,6 +82,7 @@ work=$(mktemp -d "$bench_dir/throughput.XXXXXX")
 daemon_pid=
 
 # The daemon (by its pid), then whatever a worker left behind in the subjects' roots.
+# shellcheck disable=SC2317  # called through the trap
 cleanup() {
 	trap - EXIT INT TERM
 	if [[ -n $daemon_pid ]]; then
