@@ -110,7 +110,27 @@ build_bundle
 
 mkdir -p "$bench_dir"
 work=$(mktemp -d "$bench_dir/run.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+daemon_pid=
+# The daemon (by its pid), containers an interrupted run left in the roots, the work dir.
+# shellcheck disable=SC2317  # called through the trap
+cleanup() {
+	trap - EXIT
+	if [[ -n $daemon_pid ]]; then
+		kill -TERM "$daemon_pid" 2>/dev/null || true
+		wait "$daemon_pid" 2>/dev/null || true
+	fi
+	local root rt id
+	for root in "$work"/*/; do
+		for rt in "$FORKBOX" "$RUNC"; do
+			for id in $("$rt" --root "$root" list -q 2>/dev/null); do
+				"$rt" --root "$root" delete --force "$id" >/dev/null 2>&1 || true
+			done
+		done
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 export BENCH_RUNS=$runs BENCH_WARMUP=$warmup BENCH_BUNDLE=$bundle BENCH_WORK=$work
 export BENCH_SHARED_ROOT=$shared_root
@@ -123,13 +143,11 @@ if [[ $use_crun -eq 1 ]]; then
 fi
 export BENCH_FORKBOX=$FORKBOX BENCH_RUNC=$RUNC BENCH_CRUN=$crun_used
 export BENCH_ZYGOTE_SOCKET=
-daemon_pid=
 if [[ $use_zygote -eq 1 ]] && "$FORKBOX" daemon --help >/dev/null 2>&1; then
 	BENCH_ZYGOTE_SOCKET=$work/zygote.sock
 	"$FORKBOX" daemon --socket "$BENCH_ZYGOTE_SOCKET" --pool 8 --warm "$bundle" \
 		</dev/null >/dev/null 2>"$work/daemon.err" &
 	daemon_pid=$!
-	trap 'kill -TERM $daemon_pid 2>/dev/null; wait $daemon_pid 2>/dev/null; rm -rf "$work"' EXIT
 	for _ in $(seq 100); do
 		"$FORKBOX" daemon --socket "$BENCH_ZYGOTE_SOCKET" --stats >/dev/null 2>&1 && break
 		sleep 0.05
