@@ -111,8 +111,11 @@ install: $(BUILD)/forkbox
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/forkbox
 
+# BENCH_SECONDS: length of each throughput window (`make bench BENCH_SECONDS=5` for a quick look).
+BENCH_SECONDS ?= 30
 bench: all
-	./bench/run-true.sh --shared-root
+	./bench/run-true.sh --shared-root --critical-path
+	./bench/throughput.sh -t $(BENCH_SECONDS)
 
 # The managers' view: podman and containerd with forkbox against runc.
 bench-managers: all

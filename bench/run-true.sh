@@ -9,8 +9,15 @@
 # more subjects run: `forkbox --zygote run`, and `forkbox --zygote create` + `start` + wait
 # for the container's exit (the delete after it is not timed).
 #
+# With --critical-path, after the timed loop (tracing is off in it), an extra pass, not timed, of
+# `forkbox create` + `start` + wait, cold and with --zygote, runs with FORKBOX_TRACE set (one
+# trace file per run) and bench/critical-path.py prints histograms of the in-process critical
+# path: create's "main" to "create: done", the request to the container's first instruction
+# (without init's wait for `start`) and start's "main" to "start: released".
+#
 # usage: bench/run-true.sh [-n RUNS] [-w WARMUP] [--no-crun] [--no-seccomp] [--shared-root]
-#                          [--no-zygote] [-b BUNDLE_DIR]
+#                          [--no-zygote] [--critical-path] [-c RUNS] [--keep-traces DIR]
+#                          [-b BUNDLE_DIR]
 #   -n RUNS        timed runs per runtime (default 200)
 #   -w WARMUP      untimed runs per runtime first (default 5)
 #   --no-crun      leave crun out even when it is installed
@@ -19,6 +26,10 @@
 #                  forkbox's compiled-seccomp cache in the root is then warm after the
 #                  first run (with a fresh root per run, forkbox compiles every time)
 #   --no-zygote    no daemon, no zygote subjects
+#   --critical-path  the traced pass and its histograms (cold; zygote too unless --no-zygote)
+#   -c RUNS        traced runs per mode (default 100)
+#   --keep-traces DIR  copy the trace files there (bench/critical-path.py --steps DIR/cold
+#                  shows the median time between consecutive marks)
 #   -b DIR         where the demo bundle is built or reused
 #                  (default $BENCH_DIR/bundle; BENCH_DIR defaults to /var/tmp/forkbox-bench)
 # environment:
@@ -45,6 +56,9 @@ use_crun=1
 use_seccomp=1
 shared_root=0
 use_zygote=1
+critical_path=0
+cp_runs=100
+keep_traces=
 bench_dir=${BENCH_DIR:-/var/tmp/forkbox-bench}
 bundle=
 
@@ -62,12 +76,16 @@ while [[ $# -gt 0 ]]; do
 	--no-seccomp) use_seccomp=0; shift ;;
 	--shared-root) shared_root=1; shift ;;
 	--no-zygote) use_zygote=0; shift ;;
+	--critical-path) critical_path=1; shift ;;
+	-c) cp_runs=$2; shift 2 ;;
+	--keep-traces) keep_traces=$2; shift 2 ;;
 	-h | --help) usage 0 ;;
 	*) echo "run-true.sh: unknown argument $1" >&2; usage 2 ;;
 	esac
 done
 [[ $runs =~ ^[0-9]+$ && $runs -gt 0 ]] || { echo "run-true.sh: -n wants a positive number" >&2; exit 2; }
 [[ $warmup =~ ^[0-9]+$ ]] || { echo "run-true.sh: -w wants a number" >&2; exit 2; }
+[[ $cp_runs =~ ^[0-9]+$ && $cp_runs -gt 0 ]] || { echo "run-true.sh: -c wants a positive number" >&2; exit 2; }
 bundle=${bundle:-$bench_dir/bundle}
 
 FORKBOX=${FORKBOX:-$repo/build/forkbox}
@@ -85,50 +103,38 @@ if [[ $use_crun -eq 1 && ( -z $CRUN || ! -x $CRUN ) ]]; then
 	use_crun=0
 fi
 
-# The demo bundle: busybox rootfs (reused when present), process /bin/true, terminal off.
-# The config comes from runc's template, which every runtime here accepts, so all of them
-# run the same one; the seccomp profile is forkbox's.
-build_bundle() {
-	local cfg=$bundle/config.json
-	if [[ ! -x $bundle/rootfs/bin/busybox ]]; then
-		[[ -x $BUSYBOX ]] || { echo "run-true.sh: $BUSYBOX missing (apt-get install busybox-static)" >&2; exit 1; }
-		echo "building demo bundle in $bundle" >&2
-		rm -rf "$bundle"
-		mkdir -p "$bundle/rootfs"/{bin,dev,proc,sys,etc,tmp}
-		cp "$BUSYBOX" "$bundle/rootfs/bin/busybox"
-		# chroot so the links point at /bin/busybox rather than the host path of the copy.
-		chroot "$bundle/rootfs" /bin/busybox --install -s /bin
-	fi
-	rm -f "$cfg"
-	"$RUNC" spec --bundle "$bundle"
-	local seccomp=null
-	if [[ $use_seccomp -eq 1 ]]; then
-		local specdir fb=$FORKBOX
-		specdir=$(mktemp -d)
-		# FORKBOX=runc (checking the harness): the profile still comes from forkbox's spec.
-		"$fb" spec --bundle "$specdir" 2>/dev/null || true
-		if ! jq -e .linux.seccomp "$specdir/config.json" >/dev/null 2>&1; then
-			fb=$repo/build/forkbox
-			rm -f "$specdir/config.json"
-			[[ -x $fb ]] && "$fb" spec --bundle "$specdir"
-		fi
-		seccomp=$(jq -c .linux.seccomp "$specdir/config.json" 2>/dev/null) || seccomp=null
-		rm -rf "$specdir"
-		[[ $seccomp != null && -n $seccomp ]] ||
-			{ echo "run-true.sh: no seccomp profile from '$FORKBOX spec' (build forkbox or use --no-seccomp)" >&2; exit 1; }
-	fi
-	jq --argjson s "$seccomp" '.process.terminal = false | .process.args = ["/bin/true"] |
-		if $s == null then del(.linux.seccomp) else .linux.seccomp = $s end' "$cfg" >"$cfg.tmp"
-	mv "$cfg.tmp" "$cfg"
-}
+prog=run-true.sh
+# shellcheck source=bench/bundle.bash
+source "$here/bundle.bash"
 build_bundle
 
 mkdir -p "$bench_dir"
 work=$(mktemp -d "$bench_dir/run.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+daemon_pid=
+# The daemon (by its pid), containers an interrupted run left in the roots, the work dir.
+# shellcheck disable=SC2317  # called through the trap
+cleanup() {
+	trap - EXIT
+	if [[ -n $daemon_pid ]]; then
+		kill -TERM "$daemon_pid" 2>/dev/null || true
+		wait "$daemon_pid" 2>/dev/null || true
+	fi
+	local root rt id
+	for root in "$work"/*/; do
+		for rt in "$FORKBOX" "$RUNC"; do
+			for id in $("$rt" --root "$root" list -q 2>/dev/null); do
+				"$rt" --root "$root" delete --force "$id" >/dev/null 2>&1 || true
+			done
+		done
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 export BENCH_RUNS=$runs BENCH_WARMUP=$warmup BENCH_BUNDLE=$bundle BENCH_WORK=$work
 export BENCH_SHARED_ROOT=$shared_root
+export BENCH_CRITICAL_PATH=$critical_path BENCH_CP_RUNS=$cp_runs BENCH_KEEP_TRACES=$keep_traces BENCH_HERE=$here
 echo "config: runc's template, seccomp $([[ $use_seccomp -eq 1 ]] && echo "forkbox's default profile" || echo none)," \
 	"$([[ $shared_root -eq 1 ]] && echo "one --root per runtime" || echo "a fresh --root per run")"
 crun_used=
@@ -137,13 +143,11 @@ if [[ $use_crun -eq 1 ]]; then
 fi
 export BENCH_FORKBOX=$FORKBOX BENCH_RUNC=$RUNC BENCH_CRUN=$crun_used
 export BENCH_ZYGOTE_SOCKET=
-daemon_pid=
 if [[ $use_zygote -eq 1 ]] && "$FORKBOX" daemon --help >/dev/null 2>&1; then
 	BENCH_ZYGOTE_SOCKET=$work/zygote.sock
 	"$FORKBOX" daemon --socket "$BENCH_ZYGOTE_SOCKET" --pool 8 --warm "$bundle" \
 		</dev/null >/dev/null 2>"$work/daemon.err" &
 	daemon_pid=$!
-	trap 'kill -TERM $daemon_pid 2>/dev/null; wait $daemon_pid 2>/dev/null; rm -rf "$work"' EXIT
 	for _ in $(seq 100); do
 		"$FORKBOX" daemon --socket "$BENCH_ZYGOTE_SOCKET" --stats >/dev/null 2>&1 && break
 		sleep 0.05
@@ -315,5 +319,78 @@ if fb:
                     print("ratio %s/(%s): median %.2f" % (other, warm, stats[other][0] / stats[warm][0]))
 if os.path.realpath(os.environ["BENCH_FORKBOX"]) == os.path.realpath(os.environ["BENCH_RUNC"]):
     print("note: FORKBOX is runc, so forkbox/runc compares runc with itself")
-sys.exit(1 if any(failures[n] for n in order) else 0)
+
+
+def critical_path():
+    """The traced pass: create + start + wait per run, one trace file per run."""
+    import ctypes
+    import importlib.util
+    here = os.environ["BENCH_HERE"]
+    spec = importlib.util.spec_from_file_location("critical_path", os.path.join(here, "critical-path.py"))
+    cp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cp)
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: wait for init
+    fb = os.environ["BENCH_FORKBOX"]
+    n = int(os.environ["BENCH_CP_RUNS"])
+    modes = [("cold", [])]
+    if zsock:
+        modes.append(("zygote", ["--zygote=" + zsock]))
+
+    def zygote_stats():
+        out = subprocess.run([fb, "daemon", "--socket", zsock, "--stats"], stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True).stdout
+        return dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
+
+    print()
+    print("critical path (FORKBOX_TRACE, %d traced create+start+wait runs per mode, not timed above)" % n)
+    failed_any = False
+    for mode, flags in modes:
+        traces = os.path.join(work, "traces-" + mode)
+        os.makedirs(traces)
+        root = os.path.join(work, "root-trace-" + mode)
+        before = zygote_stats() if flags else None
+        failed = 0
+        for i in range(-2, n):  # two untraced runs first: a fresh root compiles seccomp once
+            cid = "trace-%d-%s-%d" % (os.getpid(), mode, i + 2)
+            env = dict(os.environ)
+            if i >= 0:
+                env["FORKBOX_TRACE"] = os.path.join(traces, "%05d" % i)
+            pid_file = os.path.join(work, cid + ".pid")
+            with open(os.path.join(work, cid + ".err"), "w+b") as err:
+                ok = True
+                for step in ([fb, "--root", root] + flags + ["create", "--bundle", bundle, "--pid-file", pid_file, cid],
+                             [fb, "--root", root, "start", cid]):
+                    if subprocess.run(step, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=err, env=env).returncode != 0:
+                        ok = False
+                        break
+                if ok:
+                    try:
+                        os.waitpid(int(open(pid_file).read()), 0)
+                    except (OSError, ValueError):
+                        pass
+                else:
+                    failed += 1
+                    err.seek(0)
+                    last = err.read().decode(errors="replace").strip()
+            subprocess.run([fb, "--root", root, "delete", "--force", cid], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        title = "%s: forkbox %screate + start" % (mode, "".join(f + " " for f in flags).replace(zsock or "@", "SOCK"))
+        if before is not None:
+            after = zygote_stats()
+            served = int(after.get("served", 0)) - int(before.get("served", 0))
+            missed = int(after.get("missed", 0)) - int(before.get("missed", 0))
+            title += "; daemon served %d, missed %d" % (served, missed)
+        cp.report([traces], title=title)
+        if failed:
+            failed_any = True
+            print("  %d runs failed; last: %s" % (failed, last[:300]))
+        keep = os.environ.get("BENCH_KEEP_TRACES")
+        if keep:
+            shutil.copytree(traces, os.path.join(keep, mode), dirs_exist_ok=True)
+    return failed_any
+
+
+cp_failed = os.environ.get("BENCH_CRITICAL_PATH") == "1" and critical_path()
+sys.exit(1 if any(failures[n] for n in order) or cp_failed else 0)
 PY
