@@ -121,10 +121,13 @@ std::string owner_of(const ContainerDir& dir) {
     return uid;
 }
 
-Result<ContainerInfo> load_info(const ContainerDir& dir) {
+// The owner is only shown (state, list): the verbs on the critical path skip /etc/passwd.
+enum class WithOwner { No, Yes };
+
+Result<ContainerInfo> load_info(const ContainerDir& dir, WithOwner with_owner = WithOwner::No) {
     ContainerInfo info;
     FB_ASSIGN(info.state, dir.read_state());
-    info.state.owner = owner_of(dir);
+    if (with_owner == WithOwner::Yes) info.state.owner = owner_of(dir);
     info.status = derive_status(info.state, dir.fifo_exists());
     // No pid yet: a create still holding the lock, or one that crashed (stopped).
     if (info.state.pid <= 0 && dir.locked_elsewhere()) info.status = Status::Creating;
@@ -187,7 +190,7 @@ Result<void> destroy(ContainerDir& dir, const ContainerState& s) {
 
 Result<ContainerInfo> container_info(const StateStore& store, const std::string& id) {
     FB_ASSIGN(ContainerDir dir, open_existing(store, id, StateStore::Lock::None));
-    return load_info(dir);
+    return load_info(dir, WithOwner::Yes);
 }
 
 Result<std::vector<ContainerInfo>> list_containers(const StateStore& store) {
@@ -196,7 +199,7 @@ Result<std::vector<ContainerInfo>> list_containers(const StateStore& store) {
     for (const auto& id : ids) {
         auto dir = store.open(id, StateStore::Lock::None);
         if (!dir) continue;  // deleted meanwhile
-        auto info = load_info(*dir);
+        auto info = load_info(*dir, WithOwner::Yes);
         if (info) out.push_back(std::move(*info));
     }
     return out;
