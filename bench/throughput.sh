@@ -79,6 +79,9 @@ build_bundle
 
 mkdir -p "$bench_dir"
 work=$(mktemp -d "$bench_dir/throughput.XXXXXX")
+# State roots on a tmpfs, where they live on a real host (/run/runc, /run/forkbox): this
+# machine's /run is a plain directory on disk, and file creation there would dominate.
+mount -t tmpfs -o mode=0700 bench-state "$work"
 daemon_pid=
 
 # The daemon (by its pid), then whatever a worker left behind in the subjects' roots.
@@ -98,6 +101,7 @@ cleanup() {
 			"$rt" --root "$root" delete --force "$id" >/dev/null 2>&1 || true
 		done
 	done
+	umount "$work" 2>/dev/null || umount -l "$work" 2>/dev/null || true
 	rm -rf "$work"
 }
 trap cleanup EXIT
