@@ -26,6 +26,9 @@
 #                  forkbox's compiled-seccomp cache in the root is then warm after the
 #                  first run (with a fresh root per run, forkbox compiles every time)
 #   --no-zygote    no daemon, no zygote subjects
+#   --gap MS       sleep MS milliseconds before every timed run (every subject alike): the
+#                  machine idles between containers, as with an interactive or agent
+#                  workload, and the zygote daemon refills its pools in the gaps
 #   --critical-path  the traced pass and its histograms (cold; zygote too unless --no-zygote)
 #   -c RUNS        traced runs per mode (default 100)
 #   --keep-traces DIR  copy the trace files there (bench/critical-path.py --steps DIR/cold
@@ -76,6 +79,7 @@ while [[ $# -gt 0 ]]; do
 	--no-seccomp) use_seccomp=0; shift ;;
 	--shared-root) shared_root=1; shift ;;
 	--no-zygote) use_zygote=0; shift ;;
+	--gap) export BENCH_GAP_MS=$2; shift 2 ;;
 	--critical-path) critical_path=1; shift ;;
 	-c) cp_runs=$2; shift 2 ;;
 	--keep-traces) keep_traces=$2; shift 2 ;;
@@ -149,7 +153,8 @@ export BENCH_FORKBOX=$FORKBOX BENCH_RUNC=$RUNC BENCH_CRUN=$crun_used
 export BENCH_ZYGOTE_SOCKET=
 if [[ $use_zygote -eq 1 ]] && "$FORKBOX" daemon --help >/dev/null 2>&1; then
 	BENCH_ZYGOTE_SOCKET=$work/zygote.sock
-	"$FORKBOX" daemon --socket "$BENCH_ZYGOTE_SOCKET" --pool 8 --warm "$bundle" \
+	# shellcheck disable=SC2086  # ZYGOTE_DAEMON_ARGS: extra daemon options, word-split
+	"$FORKBOX" daemon --socket "$BENCH_ZYGOTE_SOCKET" --pool 8 ${ZYGOTE_DAEMON_ARGS:-} --warm "$bundle" \
 		</dev/null >/dev/null 2>"$work/daemon.err" &
 	daemon_pid=$!
 	for _ in $(seq 100); do
@@ -277,8 +282,11 @@ for name in failures:
 
 # Alternate: forwards on even rounds, backwards on odd ones, so no runtime always
 # follows the same neighbour.
+gap = float(os.environ.get("BENCH_GAP_MS") or 0) / 1000
 for i in range(runs):
     for name in (order if i % 2 == 0 else order[::-1]):
+        if gap:
+            time.sleep(gap)
         once(name, record=True)
     if (i + 1) % 50 == 0:
         print("  %d/%d rounds" % (i + 1, runs), file=sys.stderr)

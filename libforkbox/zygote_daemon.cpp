@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -118,7 +119,7 @@ public:
 
 private:
     Result<void> listen_socket();
-    void refill();
+    int refill();
     void start_builder(const PoolKey& key);
     void remove_stale_spares();
     void finish_builder(int ready_fd);
@@ -131,6 +132,7 @@ private:
     std::map<PoolKey, Pool> pools_;
     std::map<int, Builder> builders_;  // by ready fd
     long served_ = 0, missed_ = 0;
+    Clock::time_point last_request_{};
     CgroupLayout cgroups_;  // the v1 hierarchies hold spare cgroups
     long spare_sequence_ = 0;
 };
@@ -242,11 +244,29 @@ void Daemon::finish_builder(int ready_fd) {
     else log::warn("zygote: a template builder failed for key " + std::to_string(b.key.first));
 }
 
-void Daemon::refill() {
+// Builders run at nice 19, but the kernel work they do (making a network namespace, mkdir
+// of cgroups) takes global locks a create also needs: while requests keep coming, refill
+// waits for a quiet moment (refill_delay_ms without a request), unless a pool runs low.
+// Returns how long poll may sleep before a deferred refill is due (-1: none pending).
+int Daemon::refill() {
+    auto now = Clock::now();
+    auto quiet = std::chrono::milliseconds(opt_.refill_delay_ms);
+    bool idle = now - last_request_ >= quiet;
+    int low = std::max(1, opt_.pool_size / 4);
+    bool pending = false;
     for (auto& [key, pool] : pools_) {
-        int want = opt_.pool_size - static_cast<int>(pool.ready.size()) - pool.building;
+        int have = static_cast<int>(pool.ready.size()) + pool.building;
+        int want = opt_.pool_size - have;
+        if (want <= 0) continue;
+        if (!idle && have >= low) {
+            pending = true;
+            continue;
+        }
         for (int i = 0; i < want; ++i) start_builder(key);
     }
+    if (!pending) return -1;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(quiet - (now - last_request_)).count();
+    return static_cast<int>(std::max<long long>(left, 1));
 }
 
 void Daemon::serve(int conn) {
@@ -275,6 +295,7 @@ void Daemon::serve(int conn) {
         (void)::send(conn, s.data(), s.size(), MSG_NOSIGNAL);
         return;
     }
+    last_request_ = Clock::now();
     // A kind asked for is a kind kept warm from now on.
     Pool& pool = pools_[PoolKey{req->key, req->cgroup_parent}];
     pool.last_used = Clock::now();
@@ -329,10 +350,10 @@ Result<void> Daemon::run() {
     log::info("zygote daemon listening on " + opt_.socket_path + " (pool " + std::to_string(opt_.pool_size) + ")");
     bool stopping = false;
     while (!stopping) {
-        refill();
+        int refill_due = refill();
         std::vector<pollfd> fds = {{signals_.get(), POLLIN, 0}, {listener_.get(), POLLIN, 0}};
         for (auto& [fd, b] : builders_) fds.push_back({fd, POLLIN, 0});
-        int r = ::poll(fds.data(), fds.size(), 10000);
+        int r = ::poll(fds.data(), fds.size(), refill_due >= 0 ? std::min(refill_due, 10000) : 10000);
         if (r < 0 && errno != EINTR) return sys_error("poll");
         if (fds[0].revents) {
             signalfd_siginfo si;
