@@ -79,6 +79,12 @@ $(BUILD)/fbhelper: integration/helper/fbhelper.c
 $(BUILD)/bench-exec-stub: $(BUILD)/obj/bench/exec-stub-cost.o $(LIB_OBJS)
 	$(CXX) $(CXXFLAGS) $(FB_CXXFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
 
+# What reading config.json costs in-process (not part of `all`): see bench/json-parse.cpp.
+# Linked statically like forkbox, so the first call pays what it pays in `forkbox create`.
+$(BUILD)/bench-json-parse: $(BUILD)/obj/bench/json-parse.o $(LIB_OBJS)
+	$(CXX) $(CXXFLAGS) $(FB_CXXFLAGS) $(LDFLAGS) -o $@ $^ $(FORKBOX_LIBS)
+-include $(BUILD)/obj/bench/json-parse.d
+
 # Installs the Debian packages that building and testing need, only when missing.
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \

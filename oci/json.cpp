@@ -1,18 +1,151 @@
 #include "oci/json.hpp"
 
-#include <yajl/yajl_tree.h>
+#include <yajl/yajl_parse.h>
 
 #include <cerrno>
 #include <cinttypes>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace forkbox::json {
 
+using detail::Kind;
+using detail::Node;
+using detail::Slot;
+using detail::Tree;
+
 namespace {
-const yajl_val_s* node(const yajl_val_s* v) { return v; }
-yajl_val mut(const yajl_val_s* v) { return const_cast<yajl_val>(v); }
+
+// The number's text as a long long when it is an integer in range, as yajl_tree's
+// YAJL_IS_INTEGER decided (yajl_parse_integer): an optional sign and digits only, and a
+// magnitude of at most LLONG_MAX (so -9223372036854775808 is not one).
+bool integer_value(std::string_view raw, long long& out) {
+    const char* p = raw.data();
+    const char* end = p + raw.size();
+    bool negative = false;
+    if (p < end && *p == '-') {
+        negative = true;
+        ++p;
+    }
+    if (p < end && *p == '+') ++p;
+    long long r = 0;
+    for (; p < end; ++p) {
+        if (*p < '0' || *p > '9') return false;
+        int d = *p - '0';
+        if (r > (LLONG_MAX - d) / 10) return false;
+        r = r * 10 + d;
+    }
+    out = negative ? -r : r;
+    return true;
+}
+
+// Builds a Tree from yajl's callbacks. Children of the containers still open wait in
+// `pending`, innermost last; when a container closes they move, contiguous, to Tree::slots.
+// No recursion, so nesting depth is bounded by memory, not by the stack.
+class Builder {
+public:
+    explicit Builder(Tree& t) : t_(t) {}
+
+    static const yajl_callbacks callbacks;
+
+private:
+    static Builder& self(void* ctx) { return *static_cast<Builder*>(ctx); }
+
+    uint32_t add_text(const void* p, size_t n) {
+        auto off = static_cast<uint32_t>(t_.text.size());
+        t_.text.append(static_cast<const char*>(p), n);
+        t_.text.push_back('\0');  // strtod and strtoull read number texts in place
+        return off;
+    }
+
+    uint32_t add(Kind k, uint32_t off = 0, uint32_t len = 0) {
+        auto n = static_cast<uint32_t>(t_.nodes.size());
+        uint32_t parent = open_.empty() ? Tree::kNone : open_.back().node;
+        t_.nodes.push_back(Node{k, off, len, parent, Tree::kNone});
+        if (!open_.empty()) pending_.push_back(Slot{n, key_off_, key_len_});
+        return n;
+    }
+
+    void start(Kind k) { open_.push_back(Open{add(k), static_cast<uint32_t>(pending_.size())}); }
+
+    void end() {
+        Open o = open_.back();
+        open_.pop_back();
+        Node& c = t_.nodes[o.node];
+        c.off = static_cast<uint32_t>(t_.slots.size());
+        c.len = static_cast<uint32_t>(pending_.size() - o.first);
+        for (size_t i = o.first; i < pending_.size(); ++i) {
+            t_.nodes[pending_[i].node].slot = static_cast<uint32_t>(t_.slots.size());
+            t_.slots.push_back(pending_[i]);
+        }
+        pending_.resize(o.first);
+    }
+
+    static int on_null(void* ctx) {
+        self(ctx).add(Kind::Null);
+        return 1;
+    }
+    static int on_boolean(void* ctx, int b) {
+        self(ctx).add(b ? Kind::True : Kind::False);
+        return 1;
+    }
+    static int on_number(void* ctx, const char* s, size_t n) {
+        Builder& b = self(ctx);
+        b.add(Kind::Number, b.add_text(s, n), static_cast<uint32_t>(n));
+        return 1;
+    }
+    static int on_string(void* ctx, const unsigned char* s, size_t n) {
+        Builder& b = self(ctx);
+        b.add(Kind::String, b.add_text(s, n), static_cast<uint32_t>(n));
+        return 1;
+    }
+    static int on_start_map(void* ctx) {
+        self(ctx).start(Kind::Object);
+        return 1;
+    }
+    static int on_map_key(void* ctx, const unsigned char* s, size_t n) {
+        Builder& b = self(ctx);
+        b.key_off_ = b.add_text(s, n);
+        b.key_len_ = static_cast<uint32_t>(n);
+        return 1;
+    }
+    static int on_end_map(void* ctx) {
+        self(ctx).end();
+        return 1;
+    }
+    static int on_start_array(void* ctx) {
+        self(ctx).start(Kind::Array);
+        return 1;
+    }
+    static int on_end_array(void* ctx) {
+        self(ctx).end();
+        return 1;
+    }
+
+    struct Open {
+        uint32_t node;
+        uint32_t first;  // its first child in pending_
+    };
+    Tree& t_;
+    std::vector<Open> open_;
+    std::vector<Slot> pending_;
+    uint32_t key_off_ = 0;  // the key of the next member, while inside an object
+    uint32_t key_len_ = 0;
+};
+
+// yajl_number gets every number as written; yajl_integer and yajl_double stay unset.
+const yajl_callbacks Builder::callbacks = {
+    on_null,     on_boolean, nullptr,      nullptr,        on_number,    on_string,
+    on_start_map, on_map_key, on_end_map, on_start_array, on_end_array,
+};
+
+struct HandleFree {
+    void operator()(yajl_handle h) const { yajl_free(h); }
+};
+
 }  // namespace
 
 std::string child_path(const std::string& parent, std::string_view key) {
@@ -23,15 +156,37 @@ std::string child_path(const std::string& parent, std::string_view key) {
     return p;
 }
 
-bool Value::is_null() const { return v_ == nullptr || YAJL_IS_NULL(mut(v_)); }
-bool Value::is_object() const { return v_ && YAJL_IS_OBJECT(mut(v_)); }
-bool Value::is_array() const { return v_ && YAJL_IS_ARRAY(mut(v_)); }
-bool Value::is_string() const { return v_ && YAJL_IS_STRING(mut(v_)); }
-bool Value::is_number() const { return v_ && YAJL_IS_NUMBER(mut(v_)); }
-bool Value::is_bool() const { return v_ && (YAJL_IS_TRUE(mut(v_)) || YAJL_IS_FALSE(mut(v_))); }
+std::string Value::path() const {
+    // Walk up to the root, then write the steps down from it. Only errors ask, so no hurry.
+    std::vector<uint32_t> chain;
+    for (uint32_t n = n_; t_->nodes[n].parent != Tree::kNone; n = t_->nodes[n].parent) chain.push_back(n);
+    std::string p;
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+        const Node& c = t_->nodes[*it];
+        const Node& parent = t_->nodes[c.parent];
+        if (parent.kind == Kind::Array) {
+            p += '[';
+            p += std::to_string(c.slot - parent.off);
+            p += ']';
+        } else {
+            const Slot& s = t_->slots[c.slot];
+            if (!p.empty()) p += '.';  // as child_path: a member of the root has no dot
+            p += t_->str(s.key_off, s.key_len);
+        }
+    }
+    return p;
+}
+
+bool Value::is_null() const { return kind() == Kind::Null; }
+bool Value::is_object() const { return kind() == Kind::Object; }
+bool Value::is_array() const { return kind() == Kind::Array; }
+bool Value::is_string() const { return kind() == Kind::String; }
+bool Value::is_number() const { return kind() == Kind::Number; }
+bool Value::is_bool() const { return kind() == Kind::True || kind() == Kind::False; }
 
 std::unexpected<Error> Value::error(std::string_view what) const {
-    std::string msg = path_.empty() ? std::string("(root)") : path_;
+    std::string msg = path();
+    if (msg.empty()) msg = "(root)";
     msg += ": ";
     msg += what;
     return fail(EINVAL, std::move(msg));
@@ -43,41 +198,42 @@ std::unexpected<Error> Value::type_error(std::string_view expected) const {
 
 Result<std::string> Value::as_string() const {
     if (!is_string()) return type_error("string");
-    return std::string(node(v_)->u.string);
+    return std::string(text());
 }
 
 Result<bool> Value::as_bool() const {
     if (!is_bool()) return type_error("boolean");
-    return static_cast<bool>(YAJL_IS_TRUE(mut(v_)));
+    return kind() == Kind::True;
 }
 
 Result<int64_t> Value::as_int64() const {
-    if (!is_number() || !YAJL_IS_INTEGER(mut(v_))) return type_error("integer");
-    return static_cast<int64_t>(node(v_)->u.number.i);
+    long long i = 0;
+    if (!is_number() || !integer_value(text(), i)) return type_error("integer");
+    return static_cast<int64_t>(i);
 }
 
 Result<uint64_t> Value::as_uint64() const {
     if (!is_number()) return type_error("unsigned integer");
-    if (YAJL_IS_INTEGER(mut(v_))) {
-        long long i = node(v_)->u.number.i;
+    std::string_view raw = text();
+    if (long long i = 0; integer_value(raw, i)) {
         if (i < 0) return type_error("unsigned integer");
         return static_cast<uint64_t>(i);
     }
-    // Above INT64_MAX yajl keeps only a double; the raw text still holds the exact digits.
-    const char* raw = node(v_)->u.number.r;
-    if (!raw || *raw == '-') return type_error("unsigned integer");
-    for (const char* p = raw; *p; ++p)
-        if (*p < '0' || *p > '9') return type_error("unsigned integer");
+    // Above INT64_MAX: the text holds the exact digits.
+    if (raw.empty() || raw[0] == '-') return type_error("unsigned integer");
+    for (char c : raw)
+        if (c < '0' || c > '9') return type_error("unsigned integer");
     errno = 0;
-    unsigned long long u = std::strtoull(raw, nullptr, 10);
+    unsigned long long u = std::strtoull(raw.data(), nullptr, 10);  // NUL-terminated in Tree::text
     if (errno == ERANGE) return error("integer out of range");
     return static_cast<uint64_t>(u);
 }
 
 Result<double> Value::as_double() const {
     if (!is_number()) return type_error("number");
-    if (YAJL_IS_INTEGER(mut(v_))) return static_cast<double>(node(v_)->u.number.i);
-    return node(v_)->u.number.d;
+    std::string_view raw = text();
+    if (long long i = 0; integer_value(raw, i)) return static_cast<double>(i);
+    return std::strtod(raw.data(), nullptr);
 }
 
 Result<void> Value::expect_object() const {
@@ -87,25 +243,15 @@ Result<void> Value::expect_object() const {
 
 std::optional<Value> Value::get(std::string_view key) const {
     if (!is_object()) return std::nullopt;
-    const auto& o = node(v_)->u.object;
-    for (size_t i = 0; i < o.len; ++i) {
-        if (key == o.keys[i]) {
-            if (o.values[i] == nullptr || YAJL_IS_NULL(o.values[i])) return std::nullopt;
-            return Value(o.values[i], child_path(path_, key));
+    const Node& o = node();
+    for (uint32_t i = o.off; i < o.off + o.len; ++i) {
+        const Slot& s = t_->slots[i];
+        if (t_->str(s.key_off, s.key_len) == key) {
+            if (t_->nodes[s.node].kind == Kind::Null) return std::nullopt;
+            return Value(t_, s.node);
         }
     }
     return std::nullopt;
-}
-
-Result<void> Value::for_each_member(
-    const std::function<Result<void>(std::string_view, const Value&)>& fn) const {
-    FB_TRY(expect_object());
-    const auto& o = node(v_)->u.object;
-    for (size_t i = 0; i < o.len; ++i) {
-        Value child(o.values[i], child_path(path_, o.keys[i]));
-        FB_TRY(fn(o.keys[i], child));
-    }
-    return {};
 }
 
 Result<void> Value::expect_array() const {
@@ -113,31 +259,44 @@ Result<void> Value::expect_array() const {
     return {};
 }
 
-size_t Value::size() const { return is_array() ? node(v_)->u.array.len : 0; }
+size_t Value::size() const { return is_array() ? node().len : 0; }
 
-Value Value::at(size_t i) const {
-    return Value(node(v_)->u.array.values[i], path_ + "[" + std::to_string(i) + "]");
-}
-
-void Document::Free::operator()(yajl_val_s* v) const { yajl_tree_free(v); }
+Value Value::at(size_t i) const { return Value(t_, t_->slots[node().off + i].node); }
 
 Result<Document> Document::parse(std::string_view text) {
-    std::string buf(text);  // yajl_tree_parse wants a NUL-terminated string
-    char err[256] = {0};
-    yajl_val v = yajl_tree_parse(buf.c_str(), err, sizeof err);
-    if (!v) {
+    // yajl_tree_parse, used before, read a C string: input ends at the first NUL.
+    if (const void* nul = std::memchr(text.data(), '\0', text.size()))
+        text = text.substr(0, static_cast<size_t>(static_cast<const char*>(nul) - text.data()));
+    if (text.size() >= UINT32_MAX / 2) return fail(EINVAL, "invalid JSON: document too large");
+
+    auto tree = std::make_unique<Tree>();
+    // Guesses that save most regrowth without touching much more memory than needed (a first
+    // call pays a page fault per fresh page): runc's config.json, indented, has a value per
+    // ~25 bytes and half its bytes in strings.
+    tree->text.reserve(text.size() / 2 + 16);
+    tree->nodes.reserve(text.size() / 16 + 4);
+    tree->slots.reserve(text.size() / 16 + 4);
+    Builder b(*tree);
+    std::unique_ptr<yajl_handle_t, HandleFree> h(yajl_alloc(&Builder::callbacks, nullptr, &b));
+    if (!h) return fail(ENOMEM, "invalid JSON: out of memory");
+    yajl_config(h.get(), yajl_allow_comments, 1);  // as yajl_tree_parse does
+    const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+    yajl_status st = yajl_parse(h.get(), bytes, text.size());
+    if (st == yajl_status_ok) st = yajl_complete_parse(h.get());
+    if (st != yajl_status_ok) {
         std::string msg = "invalid JSON";
-        if (err[0]) {
-            std::string e(err);
-            while (!e.empty() && (e.back() == '\n' || e.back() == ' ')) e.pop_back();
-            // yajl's message spans lines; keep the first one.
-            if (auto nl = e.find('\n'); nl != std::string::npos) e.resize(nl);
-            msg += ": " + e;
+        // Not verbose: the verbose message adds lines quoting the input, which were cut anyway.
+        if (unsigned char* e = yajl_get_error(h.get(), 0, bytes, text.size())) {
+            std::string err(reinterpret_cast<char*>(e));
+            yajl_free_error(h.get(), e);
+            if (auto nl = err.find('\n'); nl != std::string::npos) err.resize(nl);
+            while (!err.empty() && err.back() == ' ') err.pop_back();
+            if (!err.empty()) msg += ": " + err;
         }
         return fail(EINVAL, msg);
     }
     Document d;
-    d.tree_.reset(v);
+    d.tree_ = std::move(tree);
     return d;
 }
 

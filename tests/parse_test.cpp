@@ -489,3 +489,18 @@ TEST(LoadConfig, ExampleConfigParsesAndValidates) {
     auto v = validate(*s);
     EXPECT_TRUE(v) << v.error().context();
 }
+
+TEST(ParseConfig, SeccompErrorNamesTheElementDeepInside) {
+    std::string names;
+    for (int i = 0; i < 12; ++i) names += "\"n" + std::to_string(i) + "\", ";
+    std::string syscall = R"({"names": ["x"], "action": "SCMP_ACT_ALLOW"}, )";
+    EXPECT_EQ(parse_error(config(R"("linux": {"seccomp": {"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [)" +
+                                 syscall + syscall + syscall + R"({"names": [)" + names +
+                                 R"(12], "action": "SCMP_ACT_ALLOW"}]}})")),
+              "linux.seccomp.syscalls[3].names[12]: expected string");
+}
+
+TEST(ParseConfig, TruncatedConfigIsInvalidJson) {
+    EXPECT_EQ(parse_error(R"({"ociVersion": "1.3.0", "process": {"args": ["sh")"),
+              "invalid JSON: parse error: premature EOF");
+}
