@@ -4,6 +4,7 @@
 #include "libforkbox/foreground.hpp"
 #include "libforkbox/log.hpp"
 #include "libforkbox/terminal.hpp"
+#include "libforkbox/trace.hpp"
 
 namespace forkbox {
 
@@ -28,10 +29,13 @@ Result<int> run_container(const StateStore& store, const RunOptions& opt) {
         (void)delete_container(store, id, true);
         return std::unexpected(started.error());
     }
+    trace::mark("run: started");
     auto code = supervise_foreground(init, signals, pty_master.get());
+    trace::mark("run: exited");
     if (!opt.keep) {
         if (auto r = delete_container(store, id, true); !r) log::warn("delete " + id + ": " + r.error().what());
     }
+    trace::mark("run: deleted");
     return code;
 }
 
