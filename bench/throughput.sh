@@ -11,7 +11,7 @@
 # anything else running on the machine included, so see the idle baseline printed first) as
 # a fraction and in CPU-ms per container; the CPU of the runtime processes and the containers
 # (this script's reaped children) per container; and for the warm window the daemon's CPU
-# (utime+stime of the daemon plus cutime+cstime of the builders it forked and reaped).
+# (utime+stime of the daemon, of its live template builder, and cutime+cstime of what it reaped).
 #
 # usage: bench/throughput.sh [-t SECONDS] [-k WORKERS] [--no-runc] [--no-zygote] [--no-seccomp]
 #                            [-b BUNDLE_DIR]
@@ -109,7 +109,8 @@ trap 'exit 130' INT TERM
 
 # Starts the daemon for the warm window only, so the cold and runc windows run without it.
 start_daemon() {
-	"$FORKBOX" daemon --socket "$work/zygote.sock" --pool 8 --warm "$bundle" \
+	# shellcheck disable=SC2086  # ZYGOTE_DAEMON_ARGS: extra daemon options, word-split
+	"$FORKBOX" daemon --socket "$work/zygote.sock" --pool 8 ${ZYGOTE_DAEMON_ARGS:-} --warm "$bundle" \
 		</dev/null >/dev/null 2>"$work/daemon.err" &
 	daemon_pid=$!
 	local _
@@ -166,12 +167,28 @@ if subject == "baseline":
     sys.exit(0)
 
 
-def daemon_cpu():
-    """Seconds of CPU of the daemon and of its reaped children."""
-    with open("/proc/%d/stat" % daemon_pid) as f:
+def proc_cpu(pid, with_children):
+    with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
     # fields[0] is field 3 (state): utime, stime, cutime, cstime are fields 14-17.
-    return sum(int(x) for x in fields[11:15]) / tick
+    return sum(int(x) for x in fields[11:15 if with_children else 13]) / tick
+
+
+def daemon_cpu():
+    """Seconds of CPU of the daemon, of its live children (the template builder) and of
+    the children it reaped."""
+    total = proc_cpu(daemon_pid, True)
+    try:
+        with open("/proc/%d/task/%d/children" % (daemon_pid, daemon_pid)) as f:
+            children = [int(c) for c in f.read().split()]
+    except OSError:
+        children = []
+    for child in children:
+        try:
+            total += proc_cpu(child, True)
+        except OSError:
+            pass  # exited meanwhile: counted in cutime from now on
+    return total
 
 
 def daemon_stats():

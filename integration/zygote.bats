@@ -274,3 +274,22 @@ spares_of() {
 	run ls -d /sys/fs/cgroup/memory/forkbox/.zygote-"$killed"-*
 	assert_failure
 }
+
+@test "zygote: a killed template builder is replaced and the pools fill again" {
+	start_daemon --pool 2 --warm "$BUNDLE"
+	wait_ready 2
+	local builder
+	builder=$(pgrep -P "$DAEMON_PID" | head -1)
+	[[ -n $builder ]] || fail "no builder process under the daemon"
+	kill -KILL "$builder"
+	# Both ready templates go: the refill needs a new builder.
+	zrun create --bundle "$BUNDLE" "$CID-a" </dev/null >/dev/null 2>&1 3>&- 4>&-
+	zrun create --bundle "$BUNDLE" "$CID-b" </dev/null >/dev/null 2>&1 3>&- 4>&-
+	assert_equal "$(stat_of served)" 2
+	runtime delete --force "$CID-a"
+	runtime delete --force "$CID-b"
+	wait_ready 2
+	local now
+	now=$(pgrep -P "$DAEMON_PID" | head -1)
+	[[ -n $now && $now != "$builder" ]] || fail "the builder was not replaced"
+}

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "libforkbox/log.hpp"
+#include "libforkbox/unix_socket.hpp"
 #include "oci/linux_names.hpp"
 
 namespace forkbox::zygote {
@@ -33,34 +34,19 @@ Result<unique_fd> connect_daemon(const std::string& path) {
     return fd;
 }
 
-// One message with up to max_fds fds attached.
+// One message with up to max_fds fds attached, within the reply timeout.
 Result<std::string> receive(int fd, std::vector<unique_fd>& fds, size_t max_fds) {
     pollfd p{fd, POLLIN, 0};
     int r;
     do r = ::poll(&p, 1, kReplyTimeoutMs);
     while (r < 0 && errno == EINTR);
     if (r == 0) return fail(ETIMEDOUT, "no reply from the zygote daemon");
-    char buf[256];
-    iovec iov{buf, sizeof buf};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * std::min<size_t>(max_fds, 8));
-    ssize_t n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-    if (n < 0) return sys_error("receive from the zygote daemon");
-    for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
-        size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < count; ++i) {
-            int f;
-            std::memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof f);
-            fds.emplace_back(f);
-        }
+    FB_ASSIGN(std::string reply, receive_with_fds(fd, fds, "receive from the zygote daemon"));
+    if (fds.size() > max_fds) {
+        fds.clear();
+        return fail(EPROTO, "too many fds from the zygote daemon");
     }
-    if (msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) return fail(EPROTO, "truncated reply from the zygote daemon");
-    return std::string(buf, static_cast<size_t>(n));
+    return reply;
 }
 
 Result<int> parse_int(std::string_view s) {

@@ -1,8 +1,9 @@
 // The daemon's event loop. Single-threaded and never blocking on template construction:
-// a template is built by a forked builder that unshares the namespaces (the kernel's cost
-// lands in the builder, not here), brings lo up, and reports over a pipe; the loop then
-// opens the builder's nsfs files, kills it, and pools the fds. The builder also makes the
-// template's spare cgroups (zygote.hpp). Requests are answered from the pool only.
+// templates are made by one long-lived builder process (nice 19) that, per request,
+// unshares fresh namespaces for itself (the kernel's cost lands there, not here), brings
+// lo up, makes the template's spare cgroups (zygote.hpp) and sends its nsfs fds back over
+// a socket. No process is forked or reaped per template. Requests are answered from the
+// pool only.
 #include "libforkbox/zygote_daemon.hpp"
 
 #include <dirent.h>
@@ -20,6 +21,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -83,10 +85,9 @@ struct Template {
 // A kind of container: its template key and cgroup parent.
 using PoolKey = std::pair<int, std::string>;
 
-struct Builder {
-    pid_t pid = -1;
+// A template asked of the builder and not answered yet (the builder answers in order).
+struct PendingBuild {
     PoolKey key;
-    unique_fd ready;  // readable (one byte) once the namespaces exist
     SpareCgroup spare;
 };
 
@@ -96,20 +97,44 @@ struct Pool {
     Clock::time_point last_used = Clock::now();
 };
 
-// In the builder child: make the namespaces and the spare cgroups, report, and wait to be
-// killed. A spare cgroup that cannot be made (a parent missing in a hierarchy) is simply
-// not there: the client then makes that one itself.
-[[noreturn]] void builder_main(int key, int ready_fd, const std::vector<std::string>& spare_dirs,
-                               const std::vector<bool>& spare_is_cpuset) {
+// The builder. Request: the key on the first line, then one line per spare cgroup
+// directory, "c" (a cpuset hierarchy) or "-" and the path. Reply: "1" with the key's nsfs
+// fds in kTemplateOrder, or "0". A spare cgroup that cannot be made (its parent missing in
+// a hierarchy) is simply not there: the client then makes that one itself.
+[[noreturn]] void builder_main(int sock) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    // Refill runs on the cores the requests need: at the lowest priority, a builder takes
+    // Refill runs on the cores the requests need: at the lowest priority, the builder takes
     // what the containers being created leave idle instead of competing with them.
     (void)::setpriority(PRIO_PROCESS, 0, 19);
-    for (size_t i = 0; i < spare_dirs.size(); ++i)
-        if (::mkdir(spare_dirs[i].c_str(), 0755) == 0 && spare_is_cpuset[i]) (void)inherit_cpuset(spare_dirs[i]);
-    char ok = (::unshare(key) == 0 && (!(key & CLONE_NEWNET) || bring_up_loopback())) ? '1' : '0';
-    (void)!::write(ready_fd, &ok, 1);
-    for (;;) ::pause();
+    if (::dup2(sock, 3) < 0) _exit(1);
+    sys::close_range(4, ~0U, 0);  // the listener and the signalfd are the daemon's
+    for (;;) {
+        char buf[8192];
+        ssize_t n = ::recv(3, buf, sizeof buf, 0);
+        if (n <= 0) _exit(0);
+        std::string_view req(buf, static_cast<size_t>(n));
+        size_t nl = req.find('\n');
+        int key = std::atoi(std::string(req.substr(0, nl)).c_str());
+        while (nl != std::string_view::npos && nl + 2 < req.size()) {
+            size_t next = req.find('\n', nl + 1);
+            std::string_view line = req.substr(nl + 1, next == std::string_view::npos ? std::string_view::npos : next - nl - 1);
+            std::string dir(line.substr(1));
+            if (::mkdir(dir.c_str(), 0755) == 0 && line[0] == 'c') (void)inherit_cpuset(dir);
+            nl = next;
+        }
+        bool ok = key != 0 && ::unshare(key) == 0 && (!(key & CLONE_NEWNET) || bring_up_loopback());
+        std::vector<unique_fd> fds;
+        for (int flag : kTemplateOrder) {
+            if (!ok || !(key & flag)) continue;
+            std::string path = "/proc/self/ns/" + std::string(oci::namespace_kind_by_flag(flag)->proc_name);
+            fds.emplace_back(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+            ok = static_cast<bool>(fds.back());
+        }
+        std::vector<int> raw;
+        for (const auto& f : fds) raw.push_back(f.get());
+        if (!ok) raw.clear();
+        if (!send_with_fds(3, ok ? "1" : "0", raw, "builder reply")) _exit(1);
+    }
 }
 
 class Daemon {
@@ -122,7 +147,8 @@ private:
     int refill();
     void start_builder(const PoolKey& key);
     void remove_stale_spares();
-    void finish_builder(int ready_fd);
+    void finish_builder();
+    void stop_builder();
     void serve(int conn);
     void evict_idle();
     void reap();
@@ -130,7 +156,9 @@ private:
     DaemonOptions opt_;
     unique_fd listener_, signals_;
     std::map<PoolKey, Pool> pools_;
-    std::map<int, Builder> builders_;  // by ready fd
+    unique_fd builder_;  // our end of the builder's socket
+    pid_t builder_pid_ = -1;
+    std::deque<PendingBuild> pending_;
     long served_ = 0, missed_ = 0;
     Clock::time_point last_request_{};
     CgroupLayout cgroups_;  // the v1 hierarchies hold spare cgroups
@@ -161,15 +189,26 @@ Result<void> Daemon::listen_socket() {
     return {};
 }
 
+// Asks the builder for one template of `key` (starting the builder first if need be).
 void Daemon::start_builder(const PoolKey& key) {
-    int p[2];
-    if (::pipe2(p, O_CLOEXEC) < 0) {
-        log::warn("zygote: pipe: " + std::string(std::strerror(errno)));
-        return;
+    if (!builder_) {
+        int sv[2];
+        if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+            log::warn("zygote: socketpair: " + std::string(std::strerror(errno)));
+            return;
+        }
+        unique_fd ours(sv[0]), theirs(sv[1]);
+        pid_t pid = ::fork();
+        if (pid < 0) {
+            log::warn("zygote: fork builder: " + std::string(std::strerror(errno)));
+            return;
+        }
+        if (pid == 0) builder_main(theirs.get());
+        builder_ = std::move(ours);
+        builder_pid_ = pid;
     }
-    unique_fd rd(p[0]), wr(p[1]);
+    std::string request = std::to_string(key.first);
     std::vector<std::string> dirs;
-    std::vector<bool> is_cpuset;
     std::string name;
     if (!key.second.empty()) {
         name = spare_name(::getpid(), ++spare_sequence_);
@@ -177,18 +216,26 @@ void Daemon::start_builder(const PoolKey& key) {
         for (const auto& h : cgroups_.hierarchies) {
             if (h.unified) continue;  // cgroup v2 cannot rename
             dirs.push_back(h.mountpoint + parent + "/" + name);
-            is_cpuset.push_back(hierarchy_has(h, "cpuset"));
+            request += (hierarchy_has(h, "cpuset") ? "\nc" : "\n-") + dirs.back();
         }
     }
-    pid_t pid = ::fork();
-    if (pid < 0) {
-        log::warn("zygote: fork builder: " + std::string(std::strerror(errno)));
+    if (::send(builder_.get(), request.data(), request.size(), MSG_NOSIGNAL) < 0) {
+        log::warn("zygote: the template builder is gone: " + std::string(std::strerror(errno)));
+        stop_builder();
         return;
     }
-    if (pid == 0) builder_main(key.first, wr.get(), dirs, is_cpuset);
-    int fd = rd.get();
-    builders_[fd] = Builder{pid, key, std::move(rd), SpareCgroup(name, std::move(dirs))};
+    pending_.push_back(PendingBuild{key, SpareCgroup(name, std::move(dirs))});
     ++pools_[key].building;
+}
+
+// Forgets the builder and what it was asked (its spare cgroups go); the next refill starts
+// a new one.
+void Daemon::stop_builder() {
+    if (builder_pid_ > 0) ::kill(builder_pid_, SIGKILL);  // reaped on SIGCHLD
+    builder_pid_ = -1;
+    builder_.reset();
+    for (auto& p : pending_) --pools_[p.key].building;
+    pending_.clear();
 }
 
 // Gone, or a zombie nobody reaped yet.
@@ -221,27 +268,27 @@ void Daemon::remove_stale_spares() {
     }
 }
 
-void Daemon::finish_builder(int ready_fd) {
-    auto it = builders_.find(ready_fd);
-    if (it == builders_.end()) return;
-    Builder b = std::move(it->second);
-    builders_.erase(it);
+// The builder's answer to the oldest pending request.
+void Daemon::finish_builder() {
+    std::vector<unique_fd> fds;
+    auto reply = receive_with_fds(builder_.get(), fds, "receive a template");
+    if (!reply || reply->empty() || pending_.empty()) {
+        log::warn("zygote: the template builder stopped answering; starting a new one");
+        stop_builder();
+        return;
+    }
+    PendingBuild b = std::move(pending_.front());
+    pending_.pop_front();
     Pool& pool = pools_[b.key];
     --pool.building;
-    char ok = '0';
-    bool built = ::read(b.ready.get(), &ok, 1) == 1 && ok == '1';
     Template t;
     t.spare = std::move(b.spare);  // removed with t unless it reaches the pool
-    for (int flag : kTemplateOrder) {
-        if (!built || !(b.key.first & flag)) continue;
-        auto kind = std::string(oci::namespace_kind_by_flag(flag)->proc_name);
-        unique_fd fd(::open(("/proc/" + std::to_string(b.pid) + "/ns/" + kind).c_str(), O_RDONLY | O_CLOEXEC));
-        if (!fd) built = false;
-        t.fds.push_back(std::move(fd));
+    if (*reply != "1" || fds.size() != static_cast<size_t>(namespace_count(b.key.first))) {
+        log::warn("zygote: the builder could not make a template for key " + std::to_string(b.key.first));
+        return;
     }
-    ::kill(b.pid, SIGKILL);  // reaped on SIGCHLD; the fds keep the namespaces
-    if (built) pool.ready.push_back(std::move(t));
-    else log::warn("zygote: a template builder failed for key " + std::to_string(b.key.first));
+    t.fds = std::move(fds);
+    pool.ready.push_back(std::move(t));
 }
 
 // Builders run at nice 19, but the kernel work they do (making a network namespace, mkdir
@@ -352,7 +399,7 @@ Result<void> Daemon::run() {
     while (!stopping) {
         int refill_due = refill();
         std::vector<pollfd> fds = {{signals_.get(), POLLIN, 0}, {listener_.get(), POLLIN, 0}};
-        for (auto& [fd, b] : builders_) fds.push_back({fd, POLLIN, 0});
+        if (builder_) fds.push_back({builder_.get(), POLLIN, 0});
         int r = ::poll(fds.data(), fds.size(), refill_due >= 0 ? std::min(refill_due, 10000) : 10000);
         if (r < 0 && errno != EINTR) return sys_error("poll");
         if (fds[0].revents) {
@@ -367,14 +414,12 @@ Result<void> Daemon::run() {
             int conn;
             while ((conn = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC)) >= 0) serve(conn);
         }
-        for (size_t i = 2; i < fds.size(); ++i)
-            if (fds[i].revents) finish_builder(fds[i].fd);
+        if (fds.size() > 2 && fds[2].revents) finish_builder();
         evict_idle();
     }
     log::info("zygote daemon stopping");
     ::unlink(opt_.socket_path.c_str());
-    for (auto& [fd, b] : builders_) ::kill(b.pid, SIGKILL);
-    builders_.clear();
+    stop_builder();
     pools_.clear();  // closes every template fd: the namespaces go away
     int status;
     while (::waitpid(-1, &status, 0) > 0) {
