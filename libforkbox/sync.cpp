@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -57,7 +58,16 @@ Result<void> sync_send(int fd, SyncType type, int32_t value, std::string_view pa
 }
 
 Result<SyncMessage> sync_recv(int fd) {
-    std::vector<char> buf(sizeof(Header) + kMaxPayload);
+    // The message's own size first (a SEQPACKET peek with MSG_TRUNC reports it): a buffer
+    // of the largest size, zeroed, would fault in 200 KB on every message.
+    char probe;
+    ssize_t size;
+    do {
+        size = ::recv(fd, &probe, 1, MSG_PEEK | MSG_TRUNC);
+    } while (size < 0 && errno == EINTR);
+    if (size < 0) return sys_error("sync: receive");
+    if (size == 0) return fail(EPIPE, "sync: peer exited");
+    std::vector<char> buf(std::min(static_cast<size_t>(size), sizeof(Header) + kMaxPayload));
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
     struct iovec iov {buf.data(), buf.size()};
     struct msghdr msg {};
