@@ -190,3 +190,13 @@ load helpers
 	assert_success
 	assert_output "cwd bundle"
 }
+
+@test "run: a container process that calls PTRACE_TRACEME still gets its signals and exits normally" {
+	# forkbox run is init's parent, so TRACEME makes it the tracer: it must let the stop go.
+	skip_if_runc "runc 1.1 leaves the traced process stopped for ever"
+	set_args /bin/fbhelper traceme-signal
+	update_config 'del(.linux.seccomp)'  # the default profile denies ptrace
+	run runtime run --bundle "$BUNDLE" "$CID"
+	assert_success
+	assert_output "got USR1"
+}

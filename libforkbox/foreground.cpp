@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/ptrace.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -106,8 +107,17 @@ Result<int> supervise_foreground(pid_t pid, const ForwardedSignals& signals, int
             if (sig == SIGCHLD) {
                 int status;
                 pid_t p;
-                while ((p = ::waitpid(-1, &status, WNOHANG)) > 0)
+                while ((p = ::waitpid(-1, &status, WNOHANG)) > 0) {
+                    if (WIFSTOPPED(status)) {
+                        // A stop reported without WUNTRACED is a ptrace stop: a container
+                        // process that called PTRACE_TRACEME made us, its parent, the tracer.
+                        // Let it go with the signal it stopped for, as if untraced.
+                        ::ptrace(PTRACE_DETACH, p, nullptr,
+                                 reinterpret_cast<void*>(static_cast<long>(WSTOPSIG(status))));
+                        continue;
+                    }
                     if (p == pid) code = exit_code_from_status(status);
+                }
             } else if (sig == SIGWINCH) {
                 if (master >= 0) copy_window_size(0, master);
             } else if (sig != SIGURG) {

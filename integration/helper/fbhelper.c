@@ -38,6 +38,7 @@ static const char usage_text[] =
 	"  caps                           CapInh/CapPrm/CapEff/CapBnd/CapAmb of /proc/self/status\n"
 	"  status-field NAME              value of NAME in /proc/self/status\n"
 	"  sleep SECONDS                  sleep (fractional seconds allowed)\n"
+	"  traceme-signal                 PTRACE_TRACEME, then raise SIGUSR1 and report it\n"
 	"  hostname | domainname          uname() nodename / domainname\n"
 	"  fds                            open fds: \"N TARGET\" a line\n"
 	"  readlink PATH                  print the symlink target\n"
@@ -710,6 +711,25 @@ static int do_exe_hunt(const char *secs_arg, const char *needle)
 }
 /* ---- end of exe-hunt ---- */
 
+/* traceme-signal: PTRACE_TRACEME (the runtime, our parent, becomes the tracer), then a
+ * signal to ourselves: a tracer that never resumes us would leave us stopped. */
+static volatile sig_atomic_t got_usr1;
+static void on_usr1(int sig)
+{
+	(void)sig;
+	got_usr1 = 1;
+}
+
+static int cmd_traceme_signal(void)
+{
+	signal(SIGUSR1, on_usr1);
+	if (syscall(SYS_ptrace, 0L /* PTRACE_TRACEME */, 0, NULL, NULL) < 0)
+		return fail("ptrace", "TRACEME");
+	raise(SIGUSR1);
+	printf("%s\n", got_usr1 ? "got USR1" : "no USR1");
+	return got_usr1 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -718,6 +738,8 @@ int main(int argc, char **argv)
 	int nargs = argc - 2;
 
 #define IS(name, n) (!strcmp(cmd, name) && nargs == (n))
+	if (IS("traceme-signal", 0))
+		return cmd_traceme_signal();
 	if (IS("true", 0))
 		return 0;
 	if (IS("false", 0))
