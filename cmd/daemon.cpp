@@ -1,3 +1,4 @@
+#include <cstdlib>
 #include <iostream>
 
 #include "cmd/common.hpp"
@@ -10,13 +11,19 @@ namespace forkbox::cmd {
 
 namespace {
 
-// The template key and cgroup parent of a bundle's config.json (--warm).
-Result<std::pair<int, std::string>> bundle_key(const std::string& bundle) {
+// The kind of container a bundle's config.json makes (--warm).
+Result<zygote::DaemonOptions::WarmKind> bundle_key(const std::string& relative_bundle) {
+    char* real = ::realpath(relative_bundle.c_str(), nullptr);
+    if (!real) return sys_error("bundle " + relative_bundle);
+    std::string bundle(real);
+    std::free(real);
     FB_ASSIGN(std::string text, read_file(bundle + "/config.json"));
     auto spec = oci::parse_config(text);
     if (!spec) return std::unexpected(spec.error().wrap(bundle + "/config.json"));
     FB_ASSIGN(Plan plan, make_plan(*spec, PlanOptions{"warm", bundle}));
-    return std::pair{zygote::template_key(plan), zygote::cgroup_parent(plan.cgroups_path)};
+    zygote::DaemonOptions::WarmKind kind{zygote::template_key(plan), zygote::cgroup_parent(plan.cgroups_path), ""};
+    if (zygote::rootfs_template_fits(plan)) kind.rootfs = zygote::config_fingerprint(text) + " " + bundle;
+    return kind;
 }
 
 }  // namespace
@@ -48,7 +55,7 @@ int cmd_daemon(const Globals&, const std::vector<std::string>& args) {
     for (const auto& b : warm) {
         auto key = bundle_key(b);
         if (!key) return report(key.error());
-        if (key->first == 0) return report("--warm " + b + ": no template fits this bundle (user namespace or no new namespaces)");
+        if (key->key == 0) return report("--warm " + b + ": no template fits this bundle (user namespace or no new namespaces)");
         o.warm_keys.push_back(*key);
     }
     auto r = zygote::run_daemon(o);

@@ -52,6 +52,18 @@ wait_ready() {
 	fail "templates not ready: $("$FORKBOX" daemon --socket "$SOCK" --stats)"
 }
 
+# wait_full: until every pool the daemon keeps is full and nothing is being built.
+wait_full() {
+	local i last=-1 now
+	for i in $(seq 200); do
+		now=$(stat_of ready)
+		((now == last && now > 0)) && return 0
+		last=$now
+		sleep 0.1
+	done
+	fail "pools not full: $("$FORKBOX" daemon --socket "$SOCK" --stats)"
+}
+
 zrun() {
 	"$FORKBOX" --root "$ROOT" --zygote="$SOCK" "$@"
 }
@@ -220,9 +232,10 @@ spares_of() {
 @test "zygote: templates carry spare v1 cgroups, which become the container's own" {
 	[[ -f /sys/fs/cgroup/cpu/cgroup.procs ]] || skip "no cgroup v1 cpu hierarchy on this host"
 	start_daemon --pool 2 --warm "$BUNDLE"
-	wait_ready 2
+	wait_full
+	# One spare per template: namespace-only and (when the bundle fits one) rootfs templates.
 	run spares_of "$DAEMON_PID"
-	assert_equal "${#lines[@]}" 2
+	assert_equal "${#lines[@]}" "$(stat_of ready)"
 	local before=("${lines[@]}")
 	zrun create --bundle "$BUNDLE" "$CID" </dev/null >/dev/null 2>&1 3>&- 4>&-
 	assert_equal "$(stat_of served)" 1
@@ -261,13 +274,14 @@ spares_of() {
 	assert_failure
 
 	start_daemon --pool 2 --warm "$BUNDLE"
-	wait_ready 2
-	local killed=$DAEMON_PID
+	wait_full
+	local killed=$DAEMON_PID ready
+	ready=$(stat_of ready)
 	kill -KILL "$killed"
 	wait "$killed" 2>/dev/null || true
 	DAEMON_PID=
 	run spares_of "$killed"
-	assert_equal "${#lines[@]}" 2
+	assert_equal "${#lines[@]}" "$ready"
 	start_daemon --pool 1
 	run spares_of "$killed"
 	assert_output ""
@@ -292,4 +306,29 @@ spares_of() {
 	local now
 	now=$(pgrep -P "$DAEMON_PID" | head -1)
 	[[ -n $now && $now != "$builder" ]] || fail "the builder was not replaced"
+}
+
+@test "zygote: a rootfs template: init is pid 1 of an empty pid namespace, with the mounts a cold container gets" {
+	set_args /bin/sh -c 'echo "pid $$"; ls /proc | grep -cE "^[0-9]+$"; grep -c "/forkbox/'"$CID"'" /proc/self/cgroup; touch /sys/fs/cgroup/pids/x 2>/dev/null || echo "cgroup read-only"; cut -d" " -f5,6,9 /proc/self/mountinfo | sort'
+	runtime run --bundle "$BUNDLE" "$CID" >"$BATS_TEST_TMPDIR/cold" 2>&1
+	start_daemon --pool 1 --warm "$BUNDLE"
+	wait_full
+	zrun --debug run --bundle "$BUNDLE" "$CID" >"$BATS_TEST_TMPDIR/warm" 2>"$BATS_TEST_TMPDIR/warm.err"
+	grep -q "zygote: warm rootfs" "$BATS_TEST_TMPDIR/warm.err" || fail "no rootfs template: $(cat "$BATS_TEST_TMPDIR/warm.err")"
+	run cat "$BATS_TEST_TMPDIR/warm"
+	assert_line --index 0 "pid 1"
+	# sh, ls and grep: nothing of the host's, nothing of the builder's.
+	assert_line --index 1 "3"
+	assert_line "cgroup read-only"
+	# Same mount points, options and filesystem types (the order of mountinfo aside).
+	diff "$BATS_TEST_TMPDIR/cold" "$BATS_TEST_TMPDIR/warm" || fail "a rootfs template differs from a cold container"
+}
+
+@test "zygote: a changed config.json is not served a rootfs template built from the old one" {
+	start_daemon --pool 1 --warm "$BUNDLE"
+	wait_full
+	set_args /bin/fbhelper pid
+	zrun --debug run --bundle "$BUNDLE" "$CID" >/dev/null 2>"$BATS_TEST_TMPDIR/err"
+	run grep -c "zygote: warm namespaces" "$BATS_TEST_TMPDIR/err"
+	assert_output 1
 }

@@ -79,7 +79,8 @@ Result<LoadedConfig> load_bundle_config(const std::string& bundle) {
 
 // The template a zygote daemon has warm for this plan, when zygote mode is on; nullopt
 // otherwise (the cold path makes namespaces and cgroups).
-std::optional<zygote::Template> take_warm_template(const CreateOptions& opt, const oci::Spec& spec, const Plan& plan) {
+std::optional<zygote::Template> take_warm_template(const CreateOptions& opt, const oci::Spec& spec, const Plan& plan,
+                                                  const std::string& config_text) {
     std::string socket = opt.zygote_socket;
     if (socket.empty()) {
         auto a = spec.annotations.find(zygote::kAnnotation);
@@ -91,8 +92,16 @@ std::optional<zygote::Template> take_warm_template(const CreateOptions& opt, con
         log::debug("zygote: cold path: no template fits this container (user namespace)");
         return std::nullopt;
     }
-    auto t = zygote::take_template(socket, key, zygote::cgroup_parent(plan.cgroups_path));
-    if (t) log::debug("zygote: warm namespaces from " + socket);
+    zygote::Request request;
+    request.key = key;
+    request.cgroup_parent = zygote::cgroup_parent(plan.cgroups_path);
+    // --no-pivot asks for a rootfs built another way than a template's.
+    if (!opt.no_pivot && zygote::rootfs_template_fits(plan)) {
+        request.rootfs_fingerprint = zygote::config_fingerprint(config_text);
+        request.rootfs_bundle = plan.bundle;
+    }
+    auto t = zygote::take_template(socket, request);
+    if (t) log::debug(std::string("zygote: warm ") + (t->mount_namespace ? "rootfs" : "namespaces") + " from " + socket);
     return t;
 }
 
@@ -228,12 +237,22 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     // Zygote mode: fresh namespaces and spare cgroups from a warm template instead of
     // making them now. Taken right before the cgroups, which consume the spares.
     trace::mark("create: zygote ask");
-    std::optional<zygote::Template> warm_template = take_warm_template(opt, spec, plan);
+    std::optional<zygote::Template> warm_template = take_warm_template(opt, spec, plan, cfg.text);
     std::vector<OpenNamespace> warm;
     std::string spare_cgroup;
+    unique_fd template_mount_ns;
     if (warm_template) {
         warm = std::move(warm_template->namespaces);
         spare_cgroup = warm_template->spare_cgroup;
+        if (warm_template->mount_namespace) {
+            // init joins the mount namespace itself; we enter the pid namespace for the clone.
+            template_mount_ns = std::move(warm_template->mount_namespace);
+            OpenNamespace pid;
+            pid.clone_flag = CLONE_NEWPID;
+            pid.path = "zygote template";
+            pid.fd = std::move(warm_template->pid_namespace);
+            warm.push_back(std::move(pid));
+        }
     }
     FB_ASSIGN(CgroupPlacement cgroups, create_cgroups(layout, plan.cgroups_path, spare_cgroup));
     // Before clone, so the limits hold from the container's first instruction; on failure
@@ -247,6 +266,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     FB_ASSIGN(auto namespaces, open_namespaces(plan.joins));
     int warm_flags = 0;
     for (const auto& ns : warm) warm_flags |= ns.clone_flag;
+    if (template_mount_ns) warm_flags |= CLONE_NEWNS;
 
     int sp[2];
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) return sys_error("socketpair");
@@ -268,6 +288,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     args.console_fd = console_fd.get();
     args.intermediate = plan.needs_intermediate();
     args.warm_namespaces = warm_flags;
+    args.template_mount_ns = template_mount_ns.get();
     // On the intermediate path the template's namespaces are joined with the others.
     if (args.intermediate)
         for (auto& ns : warm) namespaces.push_back(std::move(ns));

@@ -112,21 +112,34 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     trace::mark("init: namespaces set");
     RootfsContext ctx{plan, *a.cgroup_layout, a.cgroup_dirs, in_userns,
                       (plan.new_namespaces & CLONE_NEWCGROUP) != 0};
-    FB_TRY(prepare_rootfs(ctx));
-    trace::mark("init: mounts done");
+    if (a.template_mount_ns >= 0) {
+        // A zygote rootfs template: built, pivoted and finalized ahead (hooks of these phases,
+        // sysctls and the hostname included, see zygote::rootfs_template_fits). Only the
+        // container's cgroups, unknown ahead, are attached here: taken from the host first.
+        FB_ASSIGN(auto cgroup_trees, clone_cgroup_trees(ctx));
+        if (::setns(a.template_mount_ns, CLONE_NEWNS) < 0) return sys_error("join the template's mount namespace");
+        ::close(a.template_mount_ns);
+        a.template_mount_ns = -1;
+        if (::chdir("/") < 0) return sys_error("chdir /");
+        FB_TRY(attach_cgroup_trees(ctx, cgroup_trees));
+        trace::mark("init: rootfs joined");
+    } else {
+        FB_TRY(prepare_rootfs(ctx));
+        trace::mark("init: mounts done");
 
-    if (!plan.hooks.prestart.empty() || !plan.hooks.create_runtime.empty()) {
-        FB_TRY(sync_send(a.sync_fd, SyncType::RuntimeHooks));
-        FB_TRY(sync_expect(a.sync_fd, SyncType::RuntimeHooksDone));
+        if (!plan.hooks.prestart.empty() || !plan.hooks.create_runtime.empty()) {
+            FB_TRY(sync_send(a.sync_fd, SyncType::RuntimeHooks));
+            FB_TRY(sync_expect(a.sync_fd, SyncType::RuntimeHooksDone));
+        }
+        FB_TRY(run_hooks(plan.hooks.create_container, state_json, "createContainer", plan.bundle));
+
+        // Without a mount namespace a pivot would move the host's root: chroot instead.
+        FB_TRY(enter_rootfs(plan.rootfs, a.no_pivot || !plan.has_mount_namespace));
+        // Before finalize_rootfs: /proc/sys is usually one of the read-only paths.
+        FB_TRY(apply_sysctls(plan.sysctl));
+        FB_TRY(finalize_rootfs(ctx));
+        trace::mark("init: rootfs final");
     }
-    FB_TRY(run_hooks(plan.hooks.create_container, state_json, "createContainer", plan.bundle));
-
-    // Without a mount namespace a pivot would move the host's root: chroot instead.
-    FB_TRY(enter_rootfs(plan.rootfs, a.no_pivot || !plan.has_mount_namespace));
-    // Before finalize_rootfs: /proc/sys is usually one of the read-only paths.
-    FB_TRY(apply_sysctls(plan.sysctl));
-    FB_TRY(finalize_rootfs(ctx));
-    trace::mark("init: rootfs final");
 
     const oci::Process& proc = plan.process;
     if (proc.terminal) {

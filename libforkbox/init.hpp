@@ -25,6 +25,7 @@ struct InitArgs {
     int preserve_fds = 0;
     int console_fd = -1;  // connected console socket when process.terminal
     int warm_namespaces = 0;    // CLONE_NEW* that came ready-made from a zygote template
+    int template_mount_ns = -1;  // a zygote rootfs template's mount namespace: joined, not built
     bool intermediate = false;  // this process joins namespaces and forks init itself
     const SeccompProgram* seccomp = nullptr;  // compiled by the parent; null without linux.seccomp
     int exec_stub_fd = -1;  // make_exec_stub()'s sealed memfd: the final exec goes through it

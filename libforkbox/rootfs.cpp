@@ -60,6 +60,47 @@ Result<void> apply_recursive_attrs(int fd, const MountFlags& f, const std::strin
     return {};
 }
 
+// The new mount API, by fd alone: a template's builder, after pivot_root, has no /proc/self
+// of its own in the container's procfs, so the /proc/self/fd/N targets of mount(2) fail.
+Result<void> attach_tree(int tree, int target_fd, const std::string& what) {
+    if (::move_mount(tree, "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+        return sys_error("mount " + what);
+    return {};
+}
+
+Result<unique_fd> clone_tree(int dirfd, const char* path, bool recursive, const std::string& what) {
+    unsigned flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0) | (*path ? 0 : AT_EMPTY_PATH);
+    unique_fd tree(::open_tree(dirfd, path, flags));
+    if (!tree) return sys_error("clone mount of " + what);
+    return tree;
+}
+
+Result<void> set_mount_attrs(int fd, uint64_t attrs, bool recursive, const std::string& what) {
+    struct mount_attr attr {};
+    attr.attr_set = attrs;
+    if (::mount_setattr(fd, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &attr, sizeof attr) < 0)
+        return sys_error("set mount attributes of " + what);
+    return {};
+}
+
+uint64_t mount_attrs_of(unsigned long flags) {
+    return ((flags & MS_RDONLY) ? MOUNT_ATTR_RDONLY : 0) | ((flags & MS_NOSUID) ? MOUNT_ATTR_NOSUID : 0) |
+           ((flags & MS_NODEV) ? MOUNT_ATTR_NODEV : 0) | ((flags & MS_NOEXEC) ? MOUNT_ATTR_NOEXEC : 0);
+}
+
+// A masked directory: an empty read-only tmpfs, as mount("tmpfs", ..., MS_RDONLY) makes it.
+Result<void> mask_directory_by_fd(int target_fd, const std::string& what) {
+    unique_fd fs(::fsopen("tmpfs", FSOPEN_CLOEXEC));
+    if (!fs) return sys_error("fsopen tmpfs for " + what);
+    if (::fsconfig(fs.get(), FSCONFIG_SET_STRING, "source", "tmpfs", 0) < 0 ||
+        ::fsconfig(fs.get(), FSCONFIG_SET_FLAG, "ro", nullptr, 0) < 0 ||
+        ::fsconfig(fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) < 0)
+        return sys_error("make tmpfs for " + what);
+    unique_fd mnt(::fsmount(fs.get(), FSMOUNT_CLOEXEC, MOUNT_ATTR_RDONLY));
+    if (!mnt) return sys_error("fsmount tmpfs for " + what);
+    return attach_tree(mnt.get(), target_fd, what);
+}
+
 std::string strip_option(const std::string& data, std::string_view prefix) {
     std::string out;
     size_t i = 0;
@@ -200,6 +241,8 @@ Result<void> mount_filesystem(const RootfsContext& ctx, int root_fd, const Mount
         flags &= ~MS_RDONLY;  // filled first, made read-only after
     }
     std::string data = m.flags.data;
+    if (ctx.proc_pidns_fd >= 0 && std::string_view(fstype) == "proc")
+        data += (data.empty() ? "pidns=" : ",pidns=") + fd_path(ctx.proc_pidns_fd);
     const char* source = m.source.empty() ? fstype : m.source.c_str();
     std::string what = std::string(fstype) + " on " + m.destination;
     auto r = mount_on_fd(source, target.get(), fstype, flags, data.empty() ? nullptr : data.c_str(), what);
@@ -245,6 +288,15 @@ Result<void> mount_cgroups(const RootfsContext& ctx, int root_fd, const MountSte
     unsigned long rw_flags = flags & ~MS_RDONLY;
     const auto& layout = ctx.cgroup_layout;
     if (layout.mode == CgroupMode::None) return {};
+    if (ctx.defer_cgroup_trees) {
+        // A template: the mount points now, the container's own cgroups later.
+        FB_ASSIGN(unique_fd target, create_in_root(root_fd, m.destination, false));
+        if (layout.mode == CgroupMode::V2) return {};
+        FB_TRY(mount_on_fd("tmpfs", target.get(), "tmpfs", rw_flags, "mode=755", "tmpfs on " + m.destination));
+        for (const auto& h : layout.hierarchies)
+            FB_TRY(create_in_root(root_fd, m.destination + "/" + basename_of(h.mountpoint), false));
+        return {};
+    }
 
     auto mount_one = [&](const CgroupHierarchy& h, size_t index, const std::string& dest, bool remount) -> Result<void> {
         FB_ASSIGN(unique_fd target, create_in_root(root_fd, dest, false));
@@ -435,7 +487,14 @@ Result<void> finalize_rootfs(const RootfsContext& ctx) {
         }
         struct stat st;
         if (::fstat(fd->get(), &st) < 0) return sys_error("stat " + p);
-        if (S_ISDIR(st.st_mode)) {
+        if (ctx.mount_by_fd) {
+            if (S_ISDIR(st.st_mode)) {
+                FB_TRY(mask_directory_by_fd(fd->get(), "masked path " + p));
+            } else {
+                FB_ASSIGN(unique_fd null, clone_tree(AT_FDCWD, "/dev/null", false, "/dev/null"));
+                FB_TRY(attach_tree(null.get(), fd->get(), "masked path " + p));
+            }
+        } else if (S_ISDIR(st.st_mode)) {
             FB_TRY(mount_on_fd("tmpfs", fd->get(), "tmpfs", MS_RDONLY, nullptr, "masked path " + p));
         } else {
             FB_TRY(mount_on_fd("/dev/null", fd->get(), nullptr, MS_BIND, nullptr, "masked path " + p));
@@ -447,6 +506,12 @@ Result<void> finalize_rootfs(const RootfsContext& ctx) {
             if (fd.error().errnum() == ENOENT) continue;
             return std::unexpected(fd.error());
         }
+        if (ctx.mount_by_fd) {
+            FB_ASSIGN(unique_fd tree, clone_tree(fd->get(), "", true, "read-only path " + p));
+            FB_TRY(set_mount_attrs(tree.get(), MOUNT_ATTR_RDONLY, false, "read-only path " + p));
+            FB_TRY(attach_tree(tree.get(), fd->get(), "read-only path " + p));
+            continue;
+        }
         FB_TRY(mount_on_fd(fd_path(fd->get()).c_str(), fd->get(), nullptr, MS_BIND | MS_REC, nullptr,
                            "read-only path " + p));
         FB_ASSIGN(unique_fd mounted, open_in_root(root_fd.get(), p));
@@ -455,6 +520,10 @@ Result<void> finalize_rootfs(const RootfsContext& ctx) {
     for (const auto& m : plan.mounts) {
         if (m.destination == "/dev" && m.kind != MountKind::Bind && (m.flags.set & MS_RDONLY)) {
             FB_ASSIGN(unique_fd dev, open_in_root(root_fd.get(), "/dev"));
+            if (ctx.mount_by_fd) {
+                FB_TRY(set_mount_attrs(dev.get(), mount_attrs_of(m.flags.set), false, "/dev"));
+                continue;
+            }
             if (::mount(nullptr, fd_path(dev.get()).c_str(), nullptr,
                         MS_REMOUNT | (m.flags.set & ~(MS_REMOUNT | MS_BIND | MS_REC)),
                         m.flags.data.empty() ? nullptr : m.flags.data.c_str()) < 0)
@@ -466,6 +535,48 @@ Result<void> finalize_rootfs(const RootfsContext& ctx) {
         unsigned long keep = locked_flags(root_fd.get()) & ~MS_RDONLY;
         if (::mount(nullptr, "/", nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | keep, nullptr) < 0)
             return sys_error("remount / read-only");
+    }
+    return {};
+}
+
+Result<std::vector<unique_fd>> clone_cgroup_trees(const RootfsContext& ctx) {
+    std::vector<unique_fd> trees;
+    const auto& layout = ctx.cgroup_layout;
+    bool wanted = false;
+    for (const auto& m : ctx.plan.mounts) wanted |= m.kind == MountKind::Cgroup;
+    if (!wanted || layout.mode == CgroupMode::None) return trees;
+    for (size_t i = 0; i < layout.hierarchies.size(); ++i) {
+        if (i >= ctx.cgroup_dirs.size()) return fail(EINVAL, "no cgroup directory for " + layout.hierarchies[i].mountpoint);
+        FB_ASSIGN(unique_fd tree, clone_tree(AT_FDCWD, ctx.cgroup_dirs[i].c_str(), true, ctx.cgroup_dirs[i]));
+        trees.push_back(std::move(tree));
+        if (layout.mode == CgroupMode::V2) break;
+    }
+    return trees;
+}
+
+Result<void> attach_cgroup_trees(const RootfsContext& ctx, std::vector<unique_fd>& trees) {
+    if (trees.empty()) return {};
+    const auto& layout = ctx.cgroup_layout;
+    unique_fd root(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!root) return sys_error("open /");
+    for (const auto& m : ctx.plan.mounts) {
+        if (m.kind != MountKind::Cgroup) continue;
+        unsigned long flags = m.flags.set & ~(MS_REMOUNT | MS_BIND | MS_REC);
+        if (layout.mode == CgroupMode::V2) {
+            FB_ASSIGN(unique_fd dest, open_in_root(root.get(), m.destination));
+            FB_TRY(attach_tree(trees[0].get(), dest.get(), "cgroup on " + m.destination));
+        } else {
+            for (size_t i = 0; i < layout.hierarchies.size() && i < trees.size(); ++i) {
+                std::string dest_path = m.destination + "/" + basename_of(layout.hierarchies[i].mountpoint);
+                FB_ASSIGN(unique_fd dest, open_in_root(root.get(), dest_path));
+                FB_TRY(attach_tree(trees[i].get(), dest.get(), "cgroup on " + dest_path));
+            }
+        }
+        if (flags & MS_RDONLY) {
+            FB_ASSIGN(unique_fd mounted, open_in_root(root.get(), m.destination));
+            FB_TRY(set_mount_attrs(mounted.get(), mount_attrs_of(flags), true, m.destination));
+        }
+        break;  // zygote::rootfs_template_fits allows one cgroup mount
     }
     return {};
 }

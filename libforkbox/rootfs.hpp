@@ -7,6 +7,7 @@
 
 #include "libforkbox/cgroups.hpp"
 #include "libforkbox/error.hpp"
+#include "libforkbox/fd.hpp"
 #include "libforkbox/plan.hpp"
 
 namespace forkbox {
@@ -17,7 +18,20 @@ struct RootfsContext {
     const std::vector<std::string>& cgroup_dirs;  // the container's dir per hierarchy
     bool in_user_namespace = false;
     bool new_cgroup_namespace = false;
+    // A zygote rootfs template, made ahead by the daemon's builder, which is not (and never
+    // will be) in the container's pid namespace:
+    int proc_pidns_fd = -1;           // procfs shows this pid namespace (pidns=), not the mounter's
+    bool defer_cgroup_trees = false;  // cgroup mounts get their mount points only (attach_cgroup_trees)
+    bool mount_by_fd = false;         // after pivot_root there is no /proc/self of ours: new mount API
 };
+
+// The container's cgroup directories as detached mount trees (open_tree), one per hierarchy,
+// taken in the host's mount namespace for attach_cgroup_trees.
+Result<std::vector<unique_fd>> clone_cgroup_trees(const RootfsContext& ctx);
+
+// In the template's mount namespace (after setns): the cgroup mounts a template left for
+// the container, attached at their mount points and made read-only as the spec asks.
+Result<void> attach_cgroup_trees(const RootfsContext& ctx, std::vector<unique_fd>& trees);
 
 // Before pivot_root: propagation of "/", the rootfs bind, every mount, devices, the cwd.
 Result<void> prepare_rootfs(const RootfsContext& ctx);

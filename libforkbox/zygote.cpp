@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -121,10 +122,34 @@ pid_t spare_owner(std::string_view name) {
     return pid && *pid > 0 ? *pid : 0;
 }
 
+bool rootfs_template_fits(const Plan& plan) {
+    if (template_key(plan) == 0 || !plan.joins.empty() || !plan.has_mount_namespace) return false;
+    int needed = CLONE_NEWNS | CLONE_NEWPID;
+    if ((plan.new_namespaces & needed) != needed) return false;
+    if (plan.new_namespaces & (CLONE_NEWUSER | CLONE_NEWCGROUP | CLONE_NEWTIME)) return false;
+    if (!plan.hooks.prestart.empty() || !plan.hooks.create_runtime.empty() || !plan.hooks.create_container.empty())
+        return false;
+    int cgroup_mounts = 0;
+    for (const auto& m : plan.mounts) cgroup_mounts += m.kind == MountKind::Cgroup;
+    return cgroup_mounts <= 1;
+}
+
+std::string config_fingerprint(std::string_view config_text) {
+    uint64_t h = 14695981039346656037ull;  // FNV-1a
+    for (unsigned char c : config_text) {
+        h ^= c;
+        h *= 1099511628211ull;
+    }
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+    return buf;
+}
+
 std::string encode_request(const Request& r) {
     if (r.op == Request::Op::Stats) return "stats";
     std::string out = "take " + std::to_string(r.key);
     if (!r.cgroup_parent.empty()) out += " " + r.cgroup_parent;
+    if (!r.rootfs_fingerprint.empty()) out += " rootfs " + r.rootfs_fingerprint + " " + r.rootfs_bundle;
     return out;
 }
 
@@ -141,8 +166,23 @@ Result<Request> decode_request(std::string_view text) {
     if (r.key == 0 || (r.key & ~kTemplateNamespaces)) return fail(EPROTO, "bad template key");
     if (space != std::string_view::npos) {
         std::string_view parent = rest.substr(space + 1);
+        size_t end = parent.find(' ');
+        std::string_view tail = end == std::string_view::npos ? std::string_view{} : parent.substr(end + 1);
+        parent = parent.substr(0, end);
         if (!valid_cgroup_parent(parent)) return fail(EPROTO, "bad cgroup parent");
         r.cgroup_parent = std::string(parent);
+        if (end != std::string_view::npos) {
+            // "rootfs <16 hex digits> <absolute bundle path, to the end>"
+            if (!tail.starts_with("rootfs ") || tail.size() < 7 + 16 + 2 || tail[7 + 16] != ' ')
+                return fail(EPROTO, "bad rootfs request");
+            std::string_view fp = tail.substr(7, 16), bundle = tail.substr(7 + 17);
+            for (char c : fp)
+                if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return fail(EPROTO, "bad config fingerprint");
+            if (bundle.empty() || bundle[0] != '/' || bundle.find_first_of(std::string_view("\0\n", 2)) != std::string_view::npos)
+                return fail(EPROTO, "bad bundle path");
+            r.rootfs_fingerprint = std::string(fp);
+            r.rootfs_bundle = std::string(bundle);
+        }
     }
     return r;
 }
@@ -150,6 +190,7 @@ Result<Request> decode_request(std::string_view text) {
 std::string encode_reply(const Reply& r) {
     std::string out = "ok " + std::to_string(r.key);
     if (!r.spare.empty()) out += " " + r.spare;
+    if (r.rootfs) out += " rootfs";
     return out;
 }
 
@@ -159,24 +200,33 @@ Result<Reply> decode_reply(std::string_view text) {
     size_t space = rest.find(' ');
     Reply r;
     FB_ASSIGN(r.key, parse_int(rest.substr(0, space)));
-    if (space != std::string_view::npos) {
-        std::string_view spare = rest.substr(space + 1);
-        if (!valid_spare_name(spare)) return fail(EPROTO, "bad spare cgroup name from the zygote daemon");
-        r.spare = std::string(spare);
+    while (space != std::string_view::npos) {
+        rest = rest.substr(space + 1);
+        space = rest.find(' ');
+        std::string_view word = rest.substr(0, space);
+        if (word == "rootfs" && !r.rootfs) {
+            r.rootfs = true;
+        } else if (valid_spare_name(word) && r.spare.empty() && !r.rootfs) {
+            r.spare = std::string(word);
+        } else {
+            return fail(EPROTO, "bad reply from the zygote daemon: " + std::string(text));
+        }
     }
     return r;
 }
 
-std::optional<Template> take_template(const std::string& socket_path, int key, const std::string& cgroup_parent) {
+std::optional<Template> take_template(const std::string& socket_path, const Request& request) {
+    int key = request.key;
     auto attempt = [&]() -> Result<Template> {
         FB_ASSIGN(unique_fd sock, connect_daemon(socket_path));
-        std::string req = encode_request({Request::Op::Take, key, cgroup_parent});
+        std::string req = encode_request(request);
         if (::send(sock.get(), req.data(), req.size(), MSG_NOSIGNAL) < 0) return sys_error("send to the zygote daemon");
         std::vector<unique_fd> fds;
-        FB_ASSIGN(std::string reply, receive(sock.get(), fds, static_cast<size_t>(namespace_count(key))));
+        FB_ASSIGN(std::string reply, receive(sock.get(), fds, static_cast<size_t>(namespace_count(key)) + 2));
         if (reply == "none") return fail(ENOENT, "no warm template for this container");
         FB_ASSIGN(Reply decoded, decode_reply(reply));
-        if (decoded.key != key || fds.size() != static_cast<size_t>(namespace_count(key)))
+        size_t want = static_cast<size_t>(namespace_count(key)) + (decoded.rootfs ? 2 : 0);
+        if (decoded.key != key || fds.size() != want || (decoded.rootfs && request.rootfs_fingerprint.empty()))
             return fail(EPROTO, "unexpected reply from the zygote daemon: " + reply);
         Template out;
         out.spare_cgroup = decoded.spare;
@@ -192,6 +242,13 @@ std::optional<Template> take_template(const std::string& socket_path, int key, c
             ns.fd = std::move(fds[next++]);
             out.namespaces.push_back(std::move(ns));
         }
+        if (decoded.rootfs) {
+            if (::ioctl(fds[next].get(), NS_GET_NSTYPE) != CLONE_NEWNS ||
+                ::ioctl(fds[next + 1].get(), NS_GET_NSTYPE) != CLONE_NEWPID)
+                return fail(EPROTO, "the zygote daemon sent a wrong namespace fd");
+            out.mount_namespace = std::move(fds[next]);
+            out.pid_namespace = std::move(fds[next + 1]);
+        }
         return out;
     };
     auto r = attempt();
@@ -204,7 +261,7 @@ std::optional<Template> take_template(const std::string& socket_path, int key, c
 
 Result<std::string> daemon_stats(const std::string& socket_path) {
     FB_ASSIGN(unique_fd sock, connect_daemon(socket_path));
-    std::string req = encode_request({Request::Op::Stats, 0, {}});
+    std::string req = encode_request(Request{Request::Op::Stats, 0, {}, {}, {}});
     if (::send(sock.get(), req.data(), req.size(), MSG_NOSIGNAL) < 0) return sys_error("send to the zygote daemon");
     std::vector<unique_fd> fds;
     return receive(sock.get(), fds, 0);

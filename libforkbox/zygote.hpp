@@ -9,11 +9,20 @@
 // which the client renames to the container's own (v1 mkdir with its controllers costs
 // tens of us per hierarchy, rename a few; cgroup v2 has no rename, so v2 is made as usual).
 //
+// A rootfs template goes further, for containers whose whole rootfs setup is known ahead
+// (rootfs_template_fits): a mount namespace with the bundle's rootfs built and pivoted into
+// (mounts, devices, masked and read-only paths), its /proc made for a still-empty pid
+// namespace (procfs pidns=), hostname set. The client's init joins it and becomes pid 1
+// of that pid namespace; it attaches the container's own cgroups itself (their names are
+// not known ahead).
+//
 // Protocol: one SOCK_SEQPACKET connection per request, one message each way.
-//   client: "take <key> <cgroup parent>"
-//                          daemon: "ok <key> <spare cgroup name>" (or "ok <key>" without spares)
-//                                  with one nsfs fd per namespace in the key (SCM_RIGHTS, in
-//                                  kTemplateOrder), or "none"
+//   client: "take <key> <cgroup parent>[ rootfs <fingerprint> <bundle>]"
+//                          daemon: "ok <key>[ <spare cgroup name>][ rootfs]" with one nsfs fd
+//                                  per namespace in the key (SCM_RIGHTS, in kTemplateOrder),
+//                                  then, for a rootfs template, the mount namespace and the
+//                                  pid namespace for children; or "none". A rootfs request
+//                                  may be answered with a namespace-only template.
 //   client: "stats"        daemon: "stats served=N missed=N ready=N pools=N"
 #pragma once
 
@@ -59,10 +68,21 @@ bool valid_spare_name(std::string_view name);
 std::string spare_name(pid_t daemon_pid, long sequence);
 pid_t spare_owner(std::string_view name);
 
+// Whether a rootfs template can stand in for what init would build: fresh mount and pid
+// namespaces, no user, cgroup or time namespace, nothing joined, no hooks that run while
+// the rootfs is being built, at most one cgroup mount.
+bool rootfs_template_fits(const Plan& plan);
+
+// Identifies a config.json's text (a rootfs template is built from the same text).
+std::string config_fingerprint(std::string_view config_text);
+
 struct Request {
     enum class Op { Take, Stats } op = Op::Take;
     int key = 0;
     std::string cgroup_parent;  // absolute, clean; "" from a client without spares
+    // A rootfs template of this bundle, whose config.json has this fingerprint (both or neither).
+    std::string rootfs_fingerprint;
+    std::string rootfs_bundle;
 };
 std::string encode_request(const Request& r);
 Result<Request> decode_request(std::string_view text);
@@ -70,6 +90,7 @@ Result<Request> decode_request(std::string_view text);
 struct Reply {
     int key = 0;
     std::string spare;  // "" when the template has no spare cgroups
+    bool rootfs = false;
 };
 std::string encode_reply(const Reply& r);
 Result<Reply> decode_reply(std::string_view text);
@@ -77,11 +98,13 @@ Result<Reply> decode_reply(std::string_view text);
 struct Template {
     std::vector<OpenNamespace> namespaces;
     std::string spare_cgroup;  // a name under the cgroup parent, or ""
+    unique_fd mount_namespace;  // a rootfs template's; else empty
+    unique_fd pid_namespace;    // the pid namespace its /proc shows (init enters it as pid 1)
 };
 
 // Client side. Takes a template for `key`; nullopt (logged at debug level) on any problem:
 // no daemon, a refusal, an empty pool, a slow daemon.
-std::optional<Template> take_template(const std::string& socket_path, int key, const std::string& cgroup_parent);
+std::optional<Template> take_template(const std::string& socket_path, const Request& request);
 
 // Client side, for tests and `forkbox daemon --stats`: the daemon's counters line.
 Result<std::string> daemon_stats(const std::string& socket_path);

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -31,11 +32,19 @@
 #include "libforkbox/fd.hpp"
 #include "libforkbox/log.hpp"
 #include "libforkbox/namespaces.hpp"
+#include "libforkbox/plan.hpp"
+#include "libforkbox/rootfs.hpp"
 #include "libforkbox/state.hpp"
 #include "libforkbox/syscalls.hpp"
 #include "libforkbox/unix_socket.hpp"
 #include "libforkbox/zygote.hpp"
 #include "oci/linux_names.hpp"
+#include "oci/parse.hpp"
+#include "oci/validate.hpp"
+
+#ifndef PIDFD_GET_PID_FOR_CHILDREN_NAMESPACE
+#define PIDFD_GET_PID_FOR_CHILDREN_NAMESPACE _IO(0xFF, 6)  // linux/pidfd.h, 6.11
+#endif
 
 namespace forkbox::zygote {
 
@@ -78,12 +87,19 @@ private:
 };
 
 struct Template {
-    std::vector<unique_fd> fds;  // kTemplateOrder order, the key's namespaces only
+    std::vector<unique_fd> fds;  // the key's namespaces in kTemplateOrder; then mount and pid (rootfs)
     SpareCgroup spare;
+    bool rootfs = false;
 };
 
-// A kind of container: its template key and cgroup parent.
-using PoolKey = std::pair<int, std::string>;
+// A kind of container: its template key, cgroup parent and, for a rootfs template, the
+// config's fingerprint and bundle ("<fingerprint> <bundle>").
+struct PoolKey {
+    int key = 0;
+    std::string cgroup_parent;
+    std::string rootfs;
+    auto operator<=>(const PoolKey&) const = default;
+};
 
 // A template asked of the builder and not answered yet (the builder answers in order).
 struct PendingBuild {
@@ -94,13 +110,60 @@ struct PendingBuild {
 struct Pool {
     std::deque<Template> ready;
     int building = 0;
+    bool broken = false;  // its templates cannot be built here: not refilled again
     Clock::time_point last_used = Clock::now();
 };
 
-// The builder. Request: the key on the first line, then one line per spare cgroup
-// directory, "c" (a cpuset hierarchy) or "-" and the path. Reply: "1" with the key's nsfs
-// fds in kTemplateOrder, or "0". A spare cgroup that cannot be made (its parent missing in
-// a hierarchy) is simply not there: the client then makes that one itself.
+// The builder's rootfs template for `bundle`, in namespaces it has just unshared: a mount
+// namespace with the rootfs built and pivoted into, /proc for a fresh, empty pid namespace.
+// Returns the mount and pid namespace fds; the builder is back in its own mount and pid
+// namespaces either way.
+Result<std::vector<unique_fd>> build_rootfs(const std::string& fingerprint, const std::string& bundle, int home_mnt,
+                                            int home_pid) {
+    FB_ASSIGN(std::string text, read_file(bundle + "/config.json"));
+    if (config_fingerprint(text) != fingerprint) return fail(ESTALE, bundle + "/config.json changed");
+    auto spec = oci::parse_config(text);
+    if (!spec) return std::unexpected(spec.error());
+    FB_TRY(oci::validate(*spec));
+    FB_ASSIGN(Plan plan, make_plan(*spec, PlanOptions{"zygote-template", bundle}));
+    if (!rootfs_template_fits(plan)) return fail(EINVAL, "no rootfs template fits " + bundle);
+    FB_ASSIGN(CgroupLayout layout, detect_cgroup_layout());
+    if (plan.set_hostname) FB_TRY(set_hostname(plan.hostname));
+    if (plan.set_domainname) FB_TRY(set_domainname(plan.domainname));
+    if (::unshare(CLONE_NEWNS | CLONE_NEWPID) < 0) return sys_error("unshare mount and pid namespaces");
+    std::vector<unique_fd> out;
+    mode_t old_umask = ::umask(022);
+    auto built = [&]() -> Result<void> {
+        out.emplace_back(::open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC));
+        if (!out.back()) return sys_error("open the template's mount namespace");
+        // /proc/self/ns/pid_for_children is ENOENT until the pid namespace has a pid 1.
+        unique_fd self(sys::pidfd_open(::getpid()));
+        if (!self) return sys_error("pidfd_open");
+        out.emplace_back(::ioctl(self.get(), PIDFD_GET_PID_FOR_CHILDREN_NAMESPACE, 0));
+        if (!out.back()) return sys_error("get the template's pid namespace (kernel 6.11 or later)");
+        std::vector<std::string> no_cgroup_dirs;
+        RootfsContext ctx{plan, layout, no_cgroup_dirs};
+        ctx.proc_pidns_fd = out.back().get();
+        ctx.defer_cgroup_trees = true;
+        FB_TRY(prepare_rootfs(ctx));
+        FB_TRY(enter_rootfs(plan.rootfs, false));
+        FB_TRY(apply_sysctls(plan.sysctl));
+        ctx.mount_by_fd = true;
+        return finalize_rootfs(ctx);
+    }();
+    ::umask(old_umask);
+    bool home = ::setns(home_mnt, CLONE_NEWNS) == 0 && ::setns(home_pid, CLONE_NEWPID) == 0 && ::chdir("/") == 0;
+    if (!home) _exit(1);  // never build the next template from inside this one
+    if (!built) return std::unexpected(built.error());
+    return out;
+}
+
+// The builder. Request: the key on the first line; for a rootfs template, "R<fingerprint>
+// <bundle>" on the second; then one line per spare cgroup directory, "c" (a cpuset
+// hierarchy) or "-" and the path. Reply: "1" with the key's nsfs fds in kTemplateOrder
+// (then the mount and pid namespaces of a rootfs template), or "0". A spare cgroup that
+// cannot be made (its parent missing in a hierarchy) is simply not there: the client then
+// makes that one itself.
 [[noreturn]] void builder_main(int sock) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     // Refill runs on the cores the requests need: at the lowest priority, the builder takes
@@ -108,6 +171,10 @@ struct Pool {
     (void)::setpriority(PRIO_PROCESS, 0, 19);
     if (::dup2(sock, 3) < 0) _exit(1);
     sys::close_range(4, ~0U, 0);  // the listener and the signalfd are the daemon's
+    // Where a rootfs build returns to.
+    int home_mnt = ::open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+    int home_pid = ::open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
+    if (home_mnt < 0 || home_pid < 0) _exit(1);
     for (;;) {
         char buf[8192];
         ssize_t n = ::recv(3, buf, sizeof buf, 0);
@@ -115,11 +182,18 @@ struct Pool {
         std::string_view req(buf, static_cast<size_t>(n));
         size_t nl = req.find('\n');
         int key = std::atoi(std::string(req.substr(0, nl)).c_str());
+        std::string fingerprint, bundle;
         while (nl != std::string_view::npos && nl + 2 < req.size()) {
             size_t next = req.find('\n', nl + 1);
             std::string_view line = req.substr(nl + 1, next == std::string_view::npos ? std::string_view::npos : next - nl - 1);
-            std::string dir(line.substr(1));
-            if (::mkdir(dir.c_str(), 0755) == 0 && line[0] == 'c') (void)inherit_cpuset(dir);
+            if (line[0] == 'R') {
+                size_t space = line.find(' ');
+                fingerprint = std::string(line.substr(1, space - 1));
+                bundle = space == std::string_view::npos ? "" : std::string(line.substr(space + 1));
+            } else {
+                std::string dir(line.substr(1));
+                if (::mkdir(dir.c_str(), 0755) == 0 && line[0] == 'c') (void)inherit_cpuset(dir);
+            }
             nl = next;
         }
         bool ok = key != 0 && ::unshare(key) == 0 && (!(key & CLONE_NEWNET) || bring_up_loopback());
@@ -130,10 +204,21 @@ struct Pool {
             fds.emplace_back(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
             ok = static_cast<bool>(fds.back());
         }
+        std::string note;
+        if (ok && !fingerprint.empty()) {
+            auto rootfs = build_rootfs(fingerprint, bundle, home_mnt, home_pid);
+            if (rootfs) {
+                for (auto& f : *rootfs) fds.push_back(std::move(f));
+            } else {
+                ok = false;
+                note = rootfs.error().what();
+            }
+        }
         std::vector<int> raw;
         for (const auto& f : fds) raw.push_back(f.get());
         if (!ok) raw.clear();
-        if (!send_with_fds(3, ok ? "1" : "0", raw, "builder reply")) _exit(1);
+        std::string reply = ok ? "1" : "0" + note;
+        if (!send_with_fds(3, reply, raw, "builder reply")) _exit(1);
     }
 }
 
@@ -207,12 +292,13 @@ void Daemon::start_builder(const PoolKey& key) {
         builder_ = std::move(ours);
         builder_pid_ = pid;
     }
-    std::string request = std::to_string(key.first);
+    std::string request = std::to_string(key.key);
+    if (!key.rootfs.empty()) request += "\nR" + key.rootfs;
     std::vector<std::string> dirs;
     std::string name;
-    if (!key.second.empty()) {
+    if (!key.cgroup_parent.empty()) {
         name = spare_name(::getpid(), ++spare_sequence_);
-        std::string parent = key.second == "/" ? "" : key.second;
+        std::string parent = key.cgroup_parent == "/" ? "" : key.cgroup_parent;
         for (const auto& h : cgroups_.hierarchies) {
             if (h.unified) continue;  // cgroup v2 cannot rename
             dirs.push_back(h.mountpoint + parent + "/" + name);
@@ -251,8 +337,8 @@ bool process_gone(pid_t pid) {
 // daemon knows from the start.
 void Daemon::remove_stale_spares() {
     std::vector<std::string> parents = {"/forkbox"};
-    for (const auto& [key, parent] : opt_.warm_keys)
-        if (!parent.empty()) parents.push_back(parent == "/" ? "" : parent);
+    for (const auto& w : opt_.warm_keys)
+        if (!w.cgroup_parent.empty()) parents.push_back(w.cgroup_parent == "/" ? "" : w.cgroup_parent);
     for (const auto& h : cgroups_.hierarchies) {
         if (h.unified) continue;
         for (const auto& parent : parents) {
@@ -283,11 +369,21 @@ void Daemon::finish_builder() {
     --pool.building;
     Template t;
     t.spare = std::move(b.spare);  // removed with t unless it reaches the pool
-    if (*reply != "1" || fds.size() != static_cast<size_t>(namespace_count(b.key.first))) {
-        log::warn("zygote: the builder could not make a template for key " + std::to_string(b.key.first));
+    size_t want = static_cast<size_t>(namespace_count(b.key.key)) + (b.key.rootfs.empty() ? 0 : 2);
+    if (*reply != "1" || fds.size() != want) {
+        std::string why = reply->size() > 1 ? ": " + reply->substr(1) : "";
+        if (!b.key.rootfs.empty()) {
+            // Not buildable here (an old kernel, a config that changed): stop trying; clients
+            // of this kind get namespace-only templates.
+            if (!pool.broken) log::warn("zygote: no rootfs templates for " + b.key.rootfs + why);
+            pool.broken = true;
+        } else {
+            log::warn("zygote: the builder could not make a template for key " + std::to_string(b.key.key) + why);
+        }
         return;
     }
     t.fds = std::move(fds);
+    t.rootfs = !b.key.rootfs.empty();
     pool.ready.push_back(std::move(t));
 }
 
@@ -302,6 +398,7 @@ int Daemon::refill() {
     int low = std::max(1, opt_.pool_size / 4);
     bool pending = false;
     for (auto& [key, pool] : pools_) {
+        if (pool.broken) continue;
         int have = static_cast<int>(pool.ready.size()) + pool.building;
         int want = opt_.pool_size - have;
         if (want <= 0) continue;
@@ -343,17 +440,26 @@ void Daemon::serve(int conn) {
         return;
     }
     last_request_ = Clock::now();
-    // A kind asked for is a kind kept warm from now on.
-    Pool& pool = pools_[PoolKey{req->key, req->cgroup_parent}];
-    pool.last_used = Clock::now();
-    if (pool.ready.empty()) {
+    // A kind asked for is a kind kept warm from now on. A rootfs request takes a rootfs
+    // template, or else a namespace-only one (its pool then kept warm too).
+    Pool* pool = nullptr;
+    if (!req->rootfs_fingerprint.empty()) {
+        Pool& rootfs = pools_[PoolKey{req->key, req->cgroup_parent, req->rootfs_fingerprint + " " + req->rootfs_bundle}];
+        rootfs.last_used = Clock::now();
+        if (!rootfs.ready.empty()) pool = &rootfs;
+    }
+    if (!pool) {
+        pool = &pools_[PoolKey{req->key, req->cgroup_parent, ""}];
+        pool->last_used = Clock::now();
+    }
+    if (pool->ready.empty()) {
         ++missed_;
         (void)::send(conn, "none", 4, MSG_NOSIGNAL);
         return;
     }
-    Template t = std::move(pool.ready.front());
-    pool.ready.pop_front();
-    std::string reply = encode_reply({req->key, t.spare.name()});
+    Template t = std::move(pool->ready.front());
+    pool->ready.pop_front();
+    std::string reply = encode_reply({req->key, t.spare.name(), t.rootfs});
     std::vector<int> fds;
     for (const auto& f : t.fds) fds.push_back(f.get());
     if (send_with_fds(conn, reply, fds, "send a template")) {
@@ -368,7 +474,7 @@ void Daemon::evict_idle() {
     for (auto it = pools_.begin(); it != pools_.end();) {
         bool idle = now - it->second.last_used > std::chrono::seconds(opt_.evict_after_seconds);
         if (idle && it->second.building == 0) {
-            log::debug("zygote: evicting idle key " + std::to_string(it->first.first) + " " + it->first.second);
+            log::debug("zygote: evicting idle key " + std::to_string(it->first.key) + " " + it->first.cgroup_parent);
             it = pools_.erase(it);
         } else {
             ++it;
@@ -393,7 +499,12 @@ Result<void> Daemon::run() {
     // No cgroups to read (an odd host): templates without spare cgroups.
     if (auto layout = detect_cgroup_layout()) cgroups_ = std::move(*layout);
     remove_stale_spares();
-    for (const auto& key : opt_.warm_keys) pools_[key];
+    // Namespace-only templates serve any container of the kind (a config seen for the first
+    // time, podman's per-container rootfs); rootfs templates serve the warmed bundle.
+    for (const auto& w : opt_.warm_keys) {
+        pools_[PoolKey{w.key, w.cgroup_parent, ""}];
+        if (!w.rootfs.empty()) pools_[PoolKey{w.key, w.cgroup_parent, w.rootfs}];
+    }
     log::info("zygote daemon listening on " + opt_.socket_path + " (pool " + std::to_string(opt_.pool_size) + ")");
     bool stopping = false;
     while (!stopping) {

@@ -14,9 +14,13 @@ struct DaemonOptions {
     int pool_size = 4;               // warm templates kept per key
     int evict_after_seconds = 600;   // a key nobody asked for this long loses its pool
     int refill_delay_ms = 0;         // refill after this long without a request (or when low)
-    // Kinds of container to keep warm from the start (--warm BUNDLE): template key and
-    // cgroup parent.
-    std::vector<std::pair<int, std::string>> warm_keys;
+    // Kinds of container to keep warm from the start (--warm BUNDLE).
+    struct WarmKind {
+        int key = 0;
+        std::string cgroup_parent;
+        std::string rootfs;  // "<config fingerprint> <bundle>" when a rootfs template fits
+    };
+    std::vector<WarmKind> warm_keys;
 };
 
 // Serves until SIGTERM or SIGINT, then releases every template (namespaces and spare

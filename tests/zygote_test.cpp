@@ -23,11 +23,11 @@ TEST(ZygoteKey, NoTemplateForUserNamespaces) {
 }
 
 TEST(ZygoteProtocol, RequestsRoundTrip) {
-    auto r = decode_request(encode_request({Request::Op::Take, CLONE_NEWNET | CLONE_NEWUTS, {}}));
+    auto r = decode_request(encode_request(Request{Request::Op::Take, CLONE_NEWNET | CLONE_NEWUTS, {}, {}, {}}));
     ASSERT_TRUE(r);
     EXPECT_EQ(r->op, Request::Op::Take);
     EXPECT_EQ(r->key, CLONE_NEWNET | CLONE_NEWUTS);
-    auto s = decode_request(encode_request({Request::Op::Stats, 0, {}}));
+    auto s = decode_request(encode_request(Request{Request::Op::Stats, 0, {}, {}, {}}));
     ASSERT_TRUE(s);
     EXPECT_EQ(s->op, Request::Op::Stats);
 }
@@ -53,7 +53,7 @@ TEST(ZygoteSocket, EnvironmentOverridesTheDefault) {
 }
 
 TEST(ZygoteProtocol, TakeCarriesTheCgroupParent) {
-    auto r = decode_request(encode_request({Request::Op::Take, CLONE_NEWNET, "/forkbox"}));
+    auto r = decode_request(encode_request(Request{Request::Op::Take, CLONE_NEWNET, "/forkbox", {}, {}}));
     ASSERT_TRUE(r);
     EXPECT_EQ(r->key, CLONE_NEWNET);
     EXPECT_EQ(r->cgroup_parent, "/forkbox");
@@ -65,7 +65,7 @@ TEST(ZygoteProtocol, TakeCarriesTheCgroupParent) {
 }
 
 TEST(ZygoteProtocol, RepliesNameOnlyASpareCgroup) {
-    auto r = decode_reply(encode_reply({CLONE_NEWNET, spare_name(1234, 7)}));
+    auto r = decode_reply(encode_reply({CLONE_NEWNET, spare_name(1234, 7), false}));
     ASSERT_TRUE(r);
     EXPECT_EQ(r->key, CLONE_NEWNET);
     EXPECT_EQ(r->spare, ".zygote-1234-7");
@@ -89,4 +89,77 @@ TEST(ZygoteProtocol, CgroupParentIsTheDirectoryAbove) {
     EXPECT_EQ(cgroup_parent("/forkbox/abc"), "/forkbox");
     EXPECT_EQ(cgroup_parent("/a/b/c"), "/a/b");
     EXPECT_EQ(cgroup_parent("/abc"), "/");
+}
+
+TEST(ZygoteProtocol, RootfsRequestsCarryFingerprintAndBundle) {
+    Request take{Request::Op::Take, CLONE_NEWNET, "/forkbox", config_fingerprint("{}"), "/var/lib/my bundle"};
+    auto r = decode_request(encode_request(take));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->rootfs_fingerprint, config_fingerprint("{}"));
+    EXPECT_EQ(r->rootfs_bundle, "/var/lib/my bundle");  // to the end of the line, spaces and all
+    std::string base = "take " + std::to_string(CLONE_NEWNET) + " /forkbox ";
+    for (const char* bad : {"rootfs 0123", "rootfs 0123456789abcdeZ /b", "rootfs 0123456789abcdef relative",
+                            "rootfs 0123456789abcdef /a\nb", "other 0123456789abcdef /b"})
+        EXPECT_FALSE(decode_request(base + bad)) << bad;
+    EXPECT_NE(config_fingerprint("{\"a\":1}"), config_fingerprint("{\"a\":2}"));
+    EXPECT_EQ(config_fingerprint("x").size(), 16u);
+}
+
+TEST(ZygoteProtocol, RepliesSayWhetherTheTemplateHasARootfs) {
+    auto r = decode_reply(encode_reply({CLONE_NEWNET, spare_name(1, 2), true}));
+    ASSERT_TRUE(r);
+    EXPECT_TRUE(r->rootfs);
+    EXPECT_EQ(r->spare, ".zygote-1-2");
+    auto plain = decode_reply(encode_reply({CLONE_NEWNET, "", true}));
+    ASSERT_TRUE(plain);
+    EXPECT_TRUE(plain->rootfs);
+    EXPECT_FALSE(decode_reply("ok 1 rootfs rootfs"));
+    EXPECT_FALSE(decode_reply("ok 1 rootfs .zygote-1-2"));
+}
+
+namespace {
+Plan rootfs_plan() {
+    Plan p;
+    p.new_namespaces = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS;
+    p.has_mount_namespace = true;
+    MountStep cgroup;
+    cgroup.kind = MountKind::Cgroup;
+    cgroup.destination = "/sys/fs/cgroup";
+    p.mounts.push_back(cgroup);
+    return p;
+}
+}  // namespace
+
+TEST(ZygoteRootfs, FitsAPlainContainer) { EXPECT_TRUE(rootfs_template_fits(rootfs_plan())); }
+
+TEST(ZygoteRootfs, NotWhatInitMustBuildItself) {
+    auto without = [](int flag) {
+        Plan p = rootfs_plan();
+        p.new_namespaces &= ~flag;
+        return p;
+    };
+    EXPECT_FALSE(rootfs_template_fits(without(CLONE_NEWNS)));
+    EXPECT_FALSE(rootfs_template_fits(without(CLONE_NEWPID)));
+    for (int extra : {CLONE_NEWUSER, CLONE_NEWCGROUP, CLONE_NEWTIME}) {
+        Plan p = rootfs_plan();
+        p.new_namespaces |= extra;
+        EXPECT_FALSE(rootfs_template_fits(p)) << extra;
+    }
+    Plan joins = rootfs_plan();
+    joins.joins.push_back(NamespaceJoin{CLONE_NEWNET, "network", "/proc/1/ns/net"});
+    EXPECT_FALSE(rootfs_template_fits(joins));
+    Plan hooks = rootfs_plan();
+    hooks.hooks.create_container.push_back(oci::Hook{});
+    EXPECT_FALSE(rootfs_template_fits(hooks));
+    Plan prestart = rootfs_plan();
+    prestart.hooks.prestart.push_back(oci::Hook{});
+    EXPECT_FALSE(rootfs_template_fits(prestart));
+    Plan two_cgroup_mounts = rootfs_plan();
+    two_cgroup_mounts.mounts.push_back(two_cgroup_mounts.mounts.back());
+    EXPECT_FALSE(rootfs_template_fits(two_cgroup_mounts));
+    // Hooks that run once the container is made are fine.
+    Plan poststart = rootfs_plan();
+    poststart.hooks.poststart.push_back(oci::Hook{});
+    poststart.hooks.start_container.push_back(oci::Hook{});
+    EXPECT_TRUE(rootfs_template_fits(poststart));
 }
