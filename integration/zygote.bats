@@ -332,3 +332,18 @@ spares_of() {
 	run grep -c "zygote: warm namespaces" "$BATS_TEST_TMPDIR/err"
 	assert_output 1
 }
+
+@test "zygote: a bundle seen once gets no rootfs pool; one that comes back does" {
+	start_daemon --pool 1
+	set_args /bin/true
+	zrun run --bundle "$BUNDLE" "$CID-1"
+	wait_full
+	# The namespace pool the first request taught it, nothing more.
+	assert_equal "$(stat_of pools)" 2
+	assert_equal "$(stat_of ready)" 1
+	zrun run --bundle "$BUNDLE" "$CID-2"
+	wait_full
+	assert_equal "$(stat_of ready)" 2
+	zrun --debug run --bundle "$BUNDLE" "$CID-3" 2>"$BATS_TEST_TMPDIR/err"
+	grep -q "zygote: warm rootfs" "$BATS_TEST_TMPDIR/err" || fail "$(cat "$BATS_TEST_TMPDIR/err")"
+}

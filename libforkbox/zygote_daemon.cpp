@@ -111,6 +111,10 @@ struct Pool {
     std::deque<Template> ready;
     int building = 0;
     bool broken = false;  // its templates cannot be built here: not refilled again
+    // A rootfs template is worth building once its bundle comes back: a manager that makes
+    // a bundle per container (podman, containerd) would otherwise leave a pool per container.
+    int asked = 0;
+    bool warmed = false;  // --warm: built from the start
     Clock::time_point last_used = Clock::now();
 };
 
@@ -399,6 +403,7 @@ int Daemon::refill() {
     bool pending = false;
     for (auto& [key, pool] : pools_) {
         if (pool.broken) continue;
+        if (!key.rootfs.empty() && !pool.warmed && pool.asked < 2) continue;
         int have = static_cast<int>(pool.ready.size()) + pool.building;
         int want = opt_.pool_size - have;
         if (want <= 0) continue;
@@ -446,6 +451,7 @@ void Daemon::serve(int conn) {
     if (!req->rootfs_fingerprint.empty()) {
         Pool& rootfs = pools_[PoolKey{req->key, req->cgroup_parent, req->rootfs_fingerprint + " " + req->rootfs_bundle}];
         rootfs.last_used = Clock::now();
+        ++rootfs.asked;
         if (!rootfs.ready.empty()) pool = &rootfs;
     }
     if (!pool) {
@@ -503,7 +509,7 @@ Result<void> Daemon::run() {
     // time, podman's per-container rootfs); rootfs templates serve the warmed bundle.
     for (const auto& w : opt_.warm_keys) {
         pools_[PoolKey{w.key, w.cgroup_parent, ""}];
-        if (!w.rootfs.empty()) pools_[PoolKey{w.key, w.cgroup_parent, w.rootfs}];
+        if (!w.rootfs.empty()) pools_[PoolKey{w.key, w.cgroup_parent, w.rootfs}].warmed = true;
     }
     log::info("zygote daemon listening on " + opt_.socket_path + " (pool " + std::to_string(opt_.pool_size) + ")");
     bool stopping = false;
