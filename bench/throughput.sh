@@ -113,12 +113,16 @@ start_daemon() {
 	"$FORKBOX" daemon --socket "$work/zygote.sock" --pool 8 ${ZYGOTE_DAEMON_ARGS:-} --warm "$bundle" \
 		</dev/null >/dev/null 2>"$work/daemon.err" &
 	daemon_pid=$!
-	local _
+	local _ ready last=-1
 	for _ in $(seq 200); do
-		# Ready when the pool is full, so the window starts warm.
-		if "$FORKBOX" daemon --socket "$work/zygote.sock" --stats 2>/dev/null | grep -q 'ready=8'; then
+		# Ready when the pools are full (at least 8, and no longer growing), so the window
+		# starts warm: --warm fills a namespace-only pool and, when the bundle fits one, a
+		# rootfs pool.
+		ready=$("$FORKBOX" daemon --socket "$work/zygote.sock" --stats 2>/dev/null | tr ' ' '\n' | sed -n 's/^ready=//p')
+		if [[ -n $ready ]] && ((ready >= 8 && ready == last)); then
 			return 0
 		fi
+		last=${ready:--1}
 		sleep 0.05
 	done
 	echo "$prog: the daemon did not fill its pool in 10 s" >&2

@@ -39,7 +39,7 @@ int cmd_daemon(const Globals&, const std::vector<std::string>& args) {
         "pool", po::value(&o.pool_size)->default_value(4), "warm templates kept per kind of container")(
         "evict-after", po::value(&o.evict_after_seconds)->default_value(600),
         "seconds after which a kind of container nobody asks for loses its pool")(
-        "refill-delay", po::value(&o.refill_delay_ms)->default_value(0),
+        "refill-delay", po::value(&o.refill_delay_ms)->default_value(10),
         "milliseconds without a request before pools are refilled (at once when a pool is below a quarter)")(
         "warm", po::value(&warm)->composing(), "keep templates for this bundle's containers warm from the start")(
         "stats", po::bool_switch(&stats), "print a running daemon's counters and exit");

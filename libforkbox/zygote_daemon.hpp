@@ -13,7 +13,7 @@ struct DaemonOptions {
     std::string socket_path;
     int pool_size = 4;               // warm templates kept per key
     int evict_after_seconds = 600;   // a key nobody asked for this long loses its pool
-    int refill_delay_ms = 0;         // refill after this long without a request (or when low)
+    int refill_delay_ms = 10;        // refill after this long without a request (or when low)
     // Kinds of container to keep warm from the start (--warm BUNDLE).
     struct WarmKind {
         int key = 0;
