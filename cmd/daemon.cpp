@@ -41,6 +41,8 @@ int cmd_daemon(const Globals&, const std::vector<std::string>& args) {
         "seconds after which a kind of container nobody asks for loses its pool")(
         "refill-delay", po::value(&o.refill_delay_ms)->default_value(10),
         "milliseconds without a request before pools are refilled (at once when a pool is below a quarter)")(
+        "rootfs-after", po::value(&o.rootfs_after)->default_value(2),
+        "requests for the same bundle and config before rootfs templates are made for it")(
         "warm", po::value(&warm)->composing(), "keep templates for this bundle's containers warm from the start")(
         "stats", po::bool_switch(&stats), "print a running daemon's counters and exit");
     po::variables_map vm;

@@ -1109,3 +1109,32 @@ start_seccomp_agent() {
 	assert_failure
 	assert_stderr_contains "listenerPath"
 }
+
+@test "poststart hooks run once the container's process is executed, not just released" {
+	skip_if_runc "runc runs poststart hooks as soon as init is released (its init may not have exec'd yet)"
+	local out=$BATS_TEST_TMPDIR/exe
+	# What the container's pid is running when the hook looks: never forkbox itself.
+	cat >"$BATS_TEST_TMPDIR/exe-hook.sh" <<HOOK
+#!/bin/sh
+pid=\$(jq -r .pid)
+readlink /proc/\$pid/exe >>"$out"
+HOOK
+	chmod +x "$BATS_TEST_TMPDIR/exe-hook.sh"
+	# A slow startContainer hook holds init between its release and its execve.
+	update_config '.hooks.poststart = [{"path": $p}] |
+		.hooks.startContainer = [{"path": "/bin/fbhelper", "args": ["fbhelper", "sleep", "0.3"]}]' \
+		--arg p "$BATS_TEST_TMPDIR/exe-hook.sh"
+	set_args /bin/fbhelper sleep 1
+	local i
+	for i in 1 2 3; do
+		create_container "$CID-$i"
+		runtime start "$CID-$i"
+		runtime kill "$CID-$i" KILL
+		wait_for_status "$CID-$i" stopped
+		runtime delete "$CID-$i"
+	done
+	run grep -c . "$out"
+	assert_output 3
+	run grep -F "$(readlink -f "$FORKBOX")" "$out"
+	assert_failure
+}

@@ -239,6 +239,16 @@ Result<void> start_container(const StateStore& store, const std::string& id) {
     if (text && config_may_have_hooks(*text, "poststart")) {
         auto spec = oci::parse_config(*text);
         if (spec && spec->hooks && !spec->hooks->poststart.empty()) {
+            // After the user's process is executed (runtime-spec "poststart"), not just
+            // released: init holds the fifo's write end until its execve closes it.
+            for (;;) {
+                struct pollfd fds[2] = {{fifo.get(), POLLIN, 0}, {pidfd.get(), POLLIN, 0}};
+                int r = ::poll(fds, 2, -1);
+                if (r < 0 && errno == EINTR) continue;
+                if (r < 0 || fds[1].revents || (fds[0].revents & (POLLHUP | POLLERR))) break;
+                char c;
+                if (::read(fifo.get(), &c, 1) == 0) break;
+            }
             auto r = run_hooks(spec->hooks->poststart, hook_state_json(info.state, "running"), "poststart",
                                info.state.bundle);
             if (!r) {

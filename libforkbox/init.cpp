@@ -178,7 +178,8 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     int fifo = ::openat(a.state_dir_fd, kExecFifo, O_WRONLY | O_CLOEXEC);
     if (fifo < 0) return sys_error("open exec fifo");
     if (::write(fifo, "0", 1) != 1) return sys_error("write exec fifo");
-    ::close(fifo);
+    // The write end stays open, close-on-exec, until our execve: `start` waits for its EOF
+    // before poststart hooks, which the spec runs after the user's process is executed.
     ::close(a.state_dir_fd);
     trace::mark("init: started");
 

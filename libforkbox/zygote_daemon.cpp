@@ -248,7 +248,7 @@ private:
     unique_fd builder_;  // our end of the builder's socket
     pid_t builder_pid_ = -1;
     std::deque<PendingBuild> pending_;
-    long served_ = 0, missed_ = 0;
+    long served_ = 0, missed_ = 0, served_rootfs_ = 0;
     Clock::time_point last_request_{};
     CgroupLayout cgroups_;  // the v1 hierarchies hold spare cgroups
     long spare_sequence_ = 0;
@@ -403,7 +403,7 @@ int Daemon::refill() {
     bool pending = false;
     for (auto& [key, pool] : pools_) {
         if (pool.broken) continue;
-        if (!key.rootfs.empty() && !pool.warmed && pool.asked < 2) continue;
+        if (!key.rootfs.empty() && !pool.warmed && pool.asked < opt_.rootfs_after) continue;
         int have = static_cast<int>(pool.ready.size()) + pool.building;
         int want = opt_.pool_size - have;
         if (want <= 0) continue;
@@ -439,7 +439,8 @@ void Daemon::serve(int conn) {
     if (req->op == Request::Op::Stats) {
         size_t ready = 0;
         for (auto& [k, pool] : pools_) ready += pool.ready.size();
-        std::string s = "stats served=" + std::to_string(served_) + " missed=" + std::to_string(missed_) +
+        std::string s = "stats served=" + std::to_string(served_) + " rootfs=" + std::to_string(served_rootfs_) +
+                        " missed=" + std::to_string(missed_) +
                         " ready=" + std::to_string(ready) + " pools=" + std::to_string(pools_.size());
         (void)::send(conn, s.data(), s.size(), MSG_NOSIGNAL);
         return;
@@ -470,6 +471,7 @@ void Daemon::serve(int conn) {
     for (const auto& f : t.fds) fds.push_back(f.get());
     if (send_with_fds(conn, reply, fds, "send a template")) {
         ++served_;
+        if (t.rootfs) ++served_rootfs_;
         t.spare.hand_over();  // the client renames or removes it
     }
     // Sent or not, a template is used once: ours close here (and an unsent spare goes).

@@ -14,6 +14,7 @@ struct DaemonOptions {
     int pool_size = 4;               // warm templates kept per key
     int evict_after_seconds = 600;   // a key nobody asked for this long loses its pool
     int refill_delay_ms = 10;        // refill after this long without a request (or when low)
+    int rootfs_after = 2;            // requests for a bundle before its rootfs templates are made
     // Kinds of container to keep warm from the start (--warm BUNDLE).
     struct WarmKind {
         int key = 0;
