@@ -25,6 +25,8 @@ void open_from_env() {
     opener = ::getpid();
 }
 
+int fd() { return trace_fd; }
+
 void mark(const char* label) {
     if (trace_fd < 0) return;
     struct timespec ts;

@@ -10,5 +10,7 @@ namespace forkbox::trace {
 void open_from_env();
 // One line, one write(2): lines from concurrent processes never interleave.
 void mark(const char* label);
+// The trace file's fd (-1: off), for a child that closes every other fd.
+int fd();
 
 }  // namespace forkbox::trace

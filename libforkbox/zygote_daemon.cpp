@@ -36,6 +36,7 @@
 #include "libforkbox/rootfs.hpp"
 #include "libforkbox/state.hpp"
 #include "libforkbox/syscalls.hpp"
+#include "libforkbox/trace.hpp"
 #include "libforkbox/unix_socket.hpp"
 #include "libforkbox/zygote.hpp"
 #include "oci/linux_names.hpp"
@@ -124,6 +125,7 @@ struct Pool {
 // namespaces either way.
 Result<std::vector<unique_fd>> build_rootfs(const std::string& fingerprint, const std::string& bundle, int home_mnt,
                                             int home_pid) {
+    trace::mark("builder: rootfs");
     FB_ASSIGN(std::string text, read_file(bundle + "/config.json"));
     if (config_fingerprint(text) != fingerprint) return fail(ESTALE, bundle + "/config.json changed");
     auto spec = oci::parse_config(text);
@@ -134,7 +136,9 @@ Result<std::vector<unique_fd>> build_rootfs(const std::string& fingerprint, cons
     FB_ASSIGN(CgroupLayout layout, detect_cgroup_layout());
     if (plan.set_hostname) FB_TRY(set_hostname(plan.hostname));
     if (plan.set_domainname) FB_TRY(set_domainname(plan.domainname));
+    trace::mark("builder: planned");
     if (::unshare(CLONE_NEWNS | CLONE_NEWPID) < 0) return sys_error("unshare mount and pid namespaces");
+    trace::mark("builder: unshared");
     std::vector<unique_fd> out;
     mode_t old_umask = ::umask(022);
     auto built = [&]() -> Result<void> {
@@ -150,13 +154,17 @@ Result<std::vector<unique_fd>> build_rootfs(const std::string& fingerprint, cons
         ctx.proc_pidns_fd = out.back().get();
         ctx.defer_cgroup_trees = true;
         FB_TRY(prepare_rootfs(ctx));
+        trace::mark("builder: mounts done");
         FB_TRY(enter_rootfs(plan.rootfs, false));
+        trace::mark("builder: pivoted");
         FB_TRY(apply_sysctls(plan.sysctl));
         ctx.mount_by_fd = true;
         return finalize_rootfs(ctx);
     }();
     ::umask(old_umask);
+    trace::mark("builder: finalized");
     bool home = ::setns(home_mnt, CLONE_NEWNS) == 0 && ::setns(home_pid, CLONE_NEWPID) == 0 && ::chdir("/") == 0;
+    trace::mark("builder: home");
     if (!home) _exit(1);  // never build the next template from inside this one
     if (!built) return std::unexpected(built.error());
     return out;
@@ -174,7 +182,13 @@ Result<std::vector<unique_fd>> build_rootfs(const std::string& fingerprint, cons
     // what the containers being created leave idle instead of competing with them.
     (void)::setpriority(PRIO_PROCESS, 0, 19);
     if (::dup2(sock, 3) < 0) _exit(1);
-    sys::close_range(4, ~0U, 0);  // the listener and the signalfd are the daemon's
+    // The listener and the signalfd are the daemon's (a FORKBOX_TRACE file stays).
+    if (int keep = trace::fd(); keep > 4) {
+        sys::close_range(4, static_cast<unsigned>(keep) - 1, 0);
+        sys::close_range(static_cast<unsigned>(keep) + 1, ~0U, 0);
+    } else {
+        sys::close_range(4, ~0U, 0);
+    }
     // Where a rootfs build returns to.
     int home_mnt = ::open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
     int home_pid = ::open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
