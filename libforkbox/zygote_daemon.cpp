@@ -119,21 +119,36 @@ struct Pool {
     Clock::time_point last_used = Clock::now();
 };
 
-// The builder's rootfs template for `bundle`, in namespaces it has just unshared: a mount
-// namespace with the rootfs built and pivoted into, /proc for a fresh, empty pid namespace.
-// Returns the mount and pid namespace fds; the builder is back in its own mount and pid
-// namespaces either way.
-Result<std::vector<unique_fd>> build_rootfs(const std::string& fingerprint, const std::string& bundle, int home_mnt,
-                                            int home_pid) {
-    trace::mark("builder: rootfs");
+// What a rootfs template of one config is built from, planned once per config and bundle.
+struct RootfsRecipe {
+    Plan plan;
+    CgroupLayout layout;
+};
+
+Result<const RootfsRecipe*> recipe_for(std::map<std::string, RootfsRecipe>& recipes, const std::string& fingerprint,
+                                       const std::string& bundle) {
+    std::string id = fingerprint + " " + bundle;
+    if (auto it = recipes.find(id); it != recipes.end()) return &it->second;
     FB_ASSIGN(std::string text, read_file(bundle + "/config.json"));
     if (config_fingerprint(text) != fingerprint) return fail(ESTALE, bundle + "/config.json changed");
     auto spec = oci::parse_config(text);
     if (!spec) return std::unexpected(spec.error());
     FB_TRY(oci::validate(*spec));
-    FB_ASSIGN(Plan plan, make_plan(*spec, PlanOptions{"zygote-template", bundle}));
-    if (!rootfs_template_fits(plan)) return fail(EINVAL, "no rootfs template fits " + bundle);
-    FB_ASSIGN(CgroupLayout layout, detect_cgroup_layout());
+    RootfsRecipe recipe;
+    FB_ASSIGN(recipe.plan, make_plan(*spec, PlanOptions{"zygote-template", bundle}));
+    if (!rootfs_template_fits(recipe.plan)) return fail(EINVAL, "no rootfs template fits " + bundle);
+    FB_ASSIGN(recipe.layout, detect_cgroup_layout());
+    if (recipes.size() >= 64) recipes.clear();  // kinds come and go: a bound, not an LRU
+    return &recipes.emplace(id, std::move(recipe)).first->second;
+}
+
+// A rootfs template, in namespaces the builder has just unshared: a mount namespace with the
+// rootfs built and pivoted into, /proc for a fresh, empty pid namespace. Returns the mount
+// and pid namespace fds; the builder is back in its own mount and pid namespaces either way.
+Result<std::vector<unique_fd>> build_rootfs(const RootfsRecipe& recipe, int home_mnt, int home_pid) {
+    trace::mark("builder: rootfs");
+    const Plan& plan = recipe.plan;
+    const CgroupLayout& layout = recipe.layout;
     if (plan.set_hostname) FB_TRY(set_hostname(plan.hostname));
     if (plan.set_domainname) FB_TRY(set_domainname(plan.domainname));
     trace::mark("builder: planned");
@@ -193,6 +208,7 @@ Result<std::vector<unique_fd>> build_rootfs(const std::string& fingerprint, cons
     int home_mnt = ::open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
     int home_pid = ::open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
     if (home_mnt < 0 || home_pid < 0) _exit(1);
+    std::map<std::string, RootfsRecipe> recipes;
     for (;;) {
         char buf[8192];
         ssize_t n = ::recv(3, buf, sizeof buf, 0);
@@ -224,7 +240,9 @@ Result<std::vector<unique_fd>> build_rootfs(const std::string& fingerprint, cons
         }
         std::string note;
         if (ok && !fingerprint.empty()) {
-            auto rootfs = build_rootfs(fingerprint, bundle, home_mnt, home_pid);
+            auto recipe = recipe_for(recipes, fingerprint, bundle);
+            auto rootfs = recipe ? build_rootfs(**recipe, home_mnt, home_pid)
+                                 : Result<std::vector<unique_fd>>(std::unexpected(recipe.error()));
             if (rootfs) {
                 for (auto& f : *rootfs) fds.push_back(std::move(f));
             } else {
