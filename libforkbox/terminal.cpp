@@ -68,24 +68,10 @@ Result<void> setup_console(int socket_fd, const std::optional<oci::ConsoleSize>&
 }
 
 Result<unique_fd> receive_console_master(int socket_fd) {
-    char name[64];
-    iovec iov{name, sizeof name};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    ssize_t n;
-    do n = ::recvmsg(socket_fd, &msg, MSG_CMSG_CLOEXEC);
-    while (n < 0 && errno == EINTR);
-    if (n < 0) return sys_error("receive pty master");
-    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-    if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(sizeof(int)))
-        return fail(EPROTO, "console: no pty master received");
-    int fd;
-    std::memcpy(&fd, CMSG_DATA(cm), sizeof fd);
-    return unique_fd(fd);
+    std::vector<unique_fd> fds;
+    FB_TRY(receive_with_fds(socket_fd, fds, "receive pty master"));
+    if (fds.size() != 1) return fail(EPROTO, "console: no pty master received");
+    return std::move(fds[0]);
 }
 
 RawTerminal::RawTerminal(int fd) {
