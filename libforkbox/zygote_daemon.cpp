@@ -220,6 +220,10 @@ Result<std::vector<unique_fd>> build_rootfs(const RootfsRecipe& recipe, int home
         while (nl != std::string_view::npos && nl + 2 < req.size()) {
             size_t next = req.find('\n', nl + 1);
             std::string_view line = req.substr(nl + 1, next == std::string_view::npos ? std::string_view::npos : next - nl - 1);
+            if (line.empty()) {
+                nl = next;
+                continue;
+            }
             if (line[0] == 'R') {
                 size_t space = line.find(' ');
                 fingerprint = std::string(line.substr(1, space - 1));
