@@ -105,6 +105,7 @@ std::optional<zygote::Template> take_warm_template(const CreateOptions& opt, con
     return t;
 }
 
+// sd_listen_fds(3): sockets passed to forkbox by socket activation (fds 3..3+N-1).
 int activation_fds() {
     const char* pid = std::getenv("LISTEN_PID");
     const char* fds = std::getenv("LISTEN_FDS");
