@@ -347,3 +347,12 @@ spares_of() {
 	zrun --debug run --bundle "$BUNDLE" "$CID-3" 2>"$BATS_TEST_TMPDIR/err"
 	grep -q "zygote: warm rootfs" "$BATS_TEST_TMPDIR/err" || fail "$(cat "$BATS_TEST_TMPDIR/err")"
 }
+
+@test "zygote: the daemon probes once whether the kernel can make rootfs templates, and says so" {
+	start_daemon --pool 1
+	run grep -c "zygote: rootfs templates o" "$BATS_TEST_TMPDIR/daemon.log"
+	assert_output 1
+	# This kernel (6.11 or later) can; an older one logs why not and serves namespace templates.
+	grep -q "zygote: rootfs templates on" "$BATS_TEST_TMPDIR/daemon.log" ||
+		skip "$(grep "rootfs templates" "$BATS_TEST_TMPDIR/daemon.log")"
+}

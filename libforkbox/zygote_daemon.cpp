@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -262,6 +263,40 @@ Result<std::vector<unique_fd>> build_rootfs(const RootfsRecipe& recipe, int home
     }
 }
 
+// Whether this kernel can make rootfs templates: a pid namespace fd from a pidfd
+// (PIDFD_GET_PID_FOR_CHILDREN_NAMESPACE, 6.11) and a procfs for it (pidns=). Asked once, in
+// a throwaway child with private mount and pid namespaces. "" when it can, else why not.
+std::string probe_rootfs_templates() {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) < 0) return "pipe failed";
+    unique_fd rd(p[0]), wr(p[1]);
+    pid_t child = ::fork();
+    if (child < 0) return "fork failed";
+    if (child == 0) {
+        auto say = [&](const char* why) {
+            (void)!::write(wr.get(), why, std::strlen(why));
+            _exit(0);
+        };
+        if (::unshare(CLONE_NEWNS | CLONE_NEWPID) < 0) say("unshare of mount and pid namespaces refused");
+        if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) < 0) say("no private mounts");
+        unique_fd self(sys::pidfd_open(::getpid()));
+        unique_fd ns(self ? ::ioctl(self.get(), PIDFD_GET_PID_FOR_CHILDREN_NAMESPACE, 0) : -1);
+        if (!ns) say("no PIDFD_GET_PID_FOR_CHILDREN_NAMESPACE (kernel before 6.11)");
+        std::string data = "pidns=/proc/self/fd/" + std::to_string(ns.get());
+        if (::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, data.c_str()) < 0)
+            say("procfs has no pidns= option");
+        _exit(0);
+    }
+    wr.reset();
+    char why[128] = {};
+    ssize_t n = ::read(rd.get(), why, sizeof why - 1);
+    int status;
+    ::waitpid(child, &status, 0);
+    if (n > 0) return std::string(why, static_cast<size_t>(n));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "the probe failed";
+    return "";
+}
+
 class Daemon {
 public:
     explicit Daemon(const DaemonOptions& o) : opt_(o) {}
@@ -285,6 +320,7 @@ private:
     pid_t builder_pid_ = -1;
     std::deque<PendingBuild> pending_;
     long served_ = 0, missed_ = 0, served_rootfs_ = 0;
+    bool rootfs_templates_ = false;  // probe_rootfs_templates() said yes
     Clock::time_point last_request_{};
     CgroupLayout cgroups_;  // the v1 hierarchies hold spare cgroups
     long spare_sequence_ = 0;
@@ -485,7 +521,7 @@ void Daemon::serve(int conn) {
     // A kind asked for is a kind kept warm from now on. A rootfs request takes a rootfs
     // template, or else a namespace-only one (its pool then kept warm too).
     Pool* pool = nullptr;
-    if (!req->rootfs_fingerprint.empty()) {
+    if (!req->rootfs_fingerprint.empty() && rootfs_templates_) {
         Pool& rootfs = pools_[PoolKey{req->key, req->cgroup_parent, req->rootfs_fingerprint + " " + req->rootfs_bundle}];
         rootfs.last_used = Clock::now();
         ++rootfs.asked;
@@ -543,11 +579,14 @@ Result<void> Daemon::run() {
     // No cgroups to read (an odd host): templates without spare cgroups.
     if (auto layout = detect_cgroup_layout()) cgroups_ = std::move(*layout);
     remove_stale_spares();
+    std::string no_rootfs = probe_rootfs_templates();
+    rootfs_templates_ = no_rootfs.empty();
+    log::info(rootfs_templates_ ? "zygote: rootfs templates on" : "zygote: rootfs templates off: " + no_rootfs);
     // Namespace-only templates serve any container of the kind (a config seen for the first
     // time, podman's per-container rootfs); rootfs templates serve the warmed bundle.
     for (const auto& w : opt_.warm_keys) {
         pools_[PoolKey{w.key, w.cgroup_parent, ""}];
-        if (!w.rootfs.empty()) pools_[PoolKey{w.key, w.cgroup_parent, w.rootfs}].warmed = true;
+        if (!w.rootfs.empty() && rootfs_templates_) pools_[PoolKey{w.key, w.cgroup_parent, w.rootfs}].warmed = true;
     }
     log::info("zygote daemon listening on " + opt_.socket_path + " (pool " + std::to_string(opt_.pool_size) + ")");
     bool stopping = false;
