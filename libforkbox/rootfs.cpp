@@ -330,11 +330,8 @@ Result<void> mount_cgroups(const RootfsContext& ctx, int root_fd, const MountSte
     // Read-only in one step, the tmpfs and every hierarchy under it, rather than a remount
     // per mount (~10 on v1 hosts). Kernels without mount_setattr: one by one.
     FB_ASSIGN(unique_fd tree, open_in_root(root_fd, m.destination));
-    struct mount_attr attr {};
-    attr.attr_set = MOUNT_ATTR_RDONLY | ((flags & MS_NOSUID) ? MOUNT_ATTR_NOSUID : 0) |
-                    ((flags & MS_NODEV) ? MOUNT_ATTR_NODEV : 0) | ((flags & MS_NOEXEC) ? MOUNT_ATTR_NOEXEC : 0);
-    if (::mount_setattr(tree.get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) == 0) return {};
-    if (errno != ENOSYS) return sys_error("make " + m.destination + " read-only");
+    auto tree_ro = set_mount_attrs(tree.get(), mount_attrs_of(flags), true, m.destination);
+    if (tree_ro || tree_ro.error().errnum() != ENOSYS) return tree_ro;
     for (const auto& h : layout.hierarchies) {
         std::string dest = m.destination + "/" + basename_of(h.mountpoint);
         FB_ASSIGN(unique_fd mounted, open_in_root(root_fd, dest));
