@@ -17,6 +17,7 @@
 #include "libforkbox/rootfs.hpp"
 #include "libforkbox/seccomp.hpp"
 #include "libforkbox/seccomp_agent.hpp"
+#include "libforkbox/seccomp_bpf.hpp"
 #include "libforkbox/signals.hpp"
 #include "libforkbox/state.hpp"
 #include "libforkbox/sync.hpp"
@@ -30,6 +31,15 @@ namespace {
 
 // New namespaces created by unshare() after the clone (the rest come with clone3 itself).
 constexpr int kUnsharedLater = CLONE_NEWCGROUP | CLONE_NEWTIME;
+
+// What init may still do once a filter loaded before the exec fifo is in place: the fifo's
+// open, write and close, close_range, and on a failure the error report and exit (malloc
+// may map memory for the message). Exec itself is under the filter either way.
+bool filter_allows_the_wait(const SeccompProgram& filter) {
+    for (int nr : {SYS_openat, SYS_write, SYS_close, SYS_close_range, SYS_exit_group, SYS_brk, SYS_mmap, SYS_munmap})
+        if (!seccomp_allows_any_arguments(filter.bpf, nr)) return false;
+    return true;
+}
 
 Result<void> map_user_namespace(const InitArgs& a) {
     FB_TRY(sync_send(a.sync_fd, SyncType::UsernsReady));
@@ -168,11 +178,28 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     if (proc.no_new_privileges && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
         return sys_error("prctl no_new_privs");
 
+    // Built before a filter that may come before the exec fifo: no allocation under it.
+    std::vector<char*> argv, envp;
+    for (const auto& s : proc.args) argv.push_back(const_cast<char*>(s.c_str()));
+    argv.push_back(nullptr);
+    for (const auto& s : env) envp.push_back(const_cast<char*>(s.c_str()));
+    envp.push_back(nullptr);
+    bool seccomp_while_waiting = a.seccomp && !seccomp_early && plan.hooks.start_container.empty() &&
+                                 filter_allows_the_wait(*a.seccomp);
+
     ::prctl(PR_SET_PDEATHSIG, 0);
     trace::mark("init: ready");
     FB_TRY(sync_send(a.sync_fd, SyncType::Ready));
     ::close(a.sync_fd);
     a.sync_fd = -1;
+    // The kernel takes ~0.5 ms to translate and JIT a Docker-sized filter. Loaded here, that
+    // runs while create exits and `start` starts (on another CPU), not between `start` and
+    // the container's first instruction. Only when the filter lets everything init still
+    // does through whatever the arguments, so it sees nothing that could act differently.
+    if (seccomp_while_waiting) {
+        FB_TRY(load_seccomp(*a.seccomp));
+        trace::mark("init: seccomp loaded");
+    }
 
     // Blocks until `start` opens the other end.
     int fifo = ::openat(a.state_dir_fd, kExecFifo, O_WRONLY | O_CLOEXEC);
@@ -185,15 +212,10 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
 
     FB_TRY(run_hooks(plan.hooks.start_container, state_json, "startContainer"));
 
-    std::vector<char*> argv, envp;
-    for (const auto& s : proc.args) argv.push_back(const_cast<char*>(s.c_str()));
-    argv.push_back(nullptr);
-    for (const auto& s : env) envp.push_back(const_cast<char*>(s.c_str()));
-    envp.push_back(nullptr);
     // No host fd may survive into the container (CVE-2024-21626 class).
     sys::close_range(static_cast<unsigned>(3 + a.preserve_fds), ~0U, CLOSE_RANGE_CLOEXEC);
     trace::mark("init: fds closed");
-    if (a.seccomp && !seccomp_early) FB_TRY(load_seccomp(*a.seccomp));
+    if (a.seccomp && !seccomp_early && !seccomp_while_waiting) FB_TRY(load_seccomp(*a.seccomp));
     trace::mark("init: exec");
     auto exec = exec_through_stub(a.exec_stub_fd, exe, argv.data(), envp.data(), a.seccomp);
     return fail(0, "exec: \"" + proc.args[0] + "\": " + go_errno_text(exec.error().errnum()));

@@ -44,9 +44,13 @@ bool alu(uint16_t op, uint32_t& a, uint32_t operand) {
     }
 }
 
-}  // namespace
+struct Evaluation {
+    uint32_t action = kRefused;
+    bool read_beyond_nr = false;  // the path loaded the instruction pointer or an argument
+};
 
-uint32_t seccomp_evaluate(std::span<const sock_filter> program, const seccomp_data& data) {
+Evaluation evaluate(std::span<const sock_filter> program, const seccomp_data& data) {
+    Evaluation e;
     unsigned char raw[sizeof(seccomp_data)];
     std::memcpy(raw, &data, sizeof raw);
     uint32_t a = 0, x = 0;
@@ -63,27 +67,28 @@ uint32_t seccomp_evaluate(std::span<const sock_filter> program, const seccomp_da
                 // seccomp only allows aligned 32-bit loads inside seccomp_data.
                 if (BPF_CLASS(f.code) != BPF_LD || BPF_SIZE(f.code) != BPF_W || f.k % 4 != 0 ||
                     f.k + 4 > sizeof raw)
-                    return kRefused;
+                    return e;
+                e.read_beyond_nr |= f.k >= offsetof(seccomp_data, instruction_pointer);
                 std::memcpy(&v, raw + f.k, 4);
                 break;
             case BPF_LEN: v = sizeof raw; break;
             case BPF_IMM: v = f.k; break;
             case BPF_MEM:
-                if (f.k >= BPF_MEMWORDS) return kRefused;
+                if (f.k >= BPF_MEMWORDS) return e;
                 v = mem[f.k];
                 break;
-            default: return kRefused;
+            default: return e;
             }
             (BPF_CLASS(f.code) == BPF_LD ? a : x) = v;
             break;
         }
         case BPF_ST:
         case BPF_STX:
-            if (f.k >= BPF_MEMWORDS) return kRefused;
+            if (f.k >= BPF_MEMWORDS) return e;
             mem[f.k] = BPF_CLASS(f.code) == BPF_ST ? a : x;
             break;
         case BPF_ALU:
-            if (!alu(BPF_OP(f.code), a, operand)) return kRefused;
+            if (!alu(BPF_OP(f.code), a, operand)) return e;
             break;
         case BPF_JMP: {
             size_t skip;
@@ -96,30 +101,42 @@ uint32_t seccomp_evaluate(std::span<const sock_filter> program, const seccomp_da
                 case BPF_JGT: taken = a > operand; break;
                 case BPF_JGE: taken = a >= operand; break;
                 case BPF_JSET: taken = (a & operand) != 0; break;
-                default: return kRefused;
+                default: return e;
                 }
                 skip = taken ? f.jt : f.jf;
             }
-            if (skip >= program.size() - pc - 1) return kRefused;  // must land on an insn
+            if (skip >= program.size() - pc - 1) return e;  // must land on an insn
             pc += skip;
             break;
         }
         case BPF_RET:
-            return BPF_RVAL(f.code) == BPF_A ? a : f.k;
+            e.action = BPF_RVAL(f.code) == BPF_A ? a : f.k;
+            return e;
         case BPF_MISC:
             if (BPF_MISCOP(f.code) == BPF_TAX) x = a;
             else if (BPF_MISCOP(f.code) == BPF_TXA) a = x;
-            else return kRefused;
+            else return e;
             break;
-        default: return kRefused;
+        default: return e;
         }
     }
-    return kRefused;  // fell off the end: the kernel would not have loaded it
+    return e;  // fell off the end: the kernel would not have loaded it
+}
+
+}  // namespace
+
+uint32_t seccomp_evaluate(std::span<const sock_filter> program, const seccomp_data& data) {
+    return evaluate(program, data).action;
 }
 
 bool seccomp_allows(std::span<const sock_filter> program, const seccomp_data& data) {
     uint32_t action = seccomp_evaluate(program, data) & SECCOMP_RET_ACTION_FULL;
     return action == SECCOMP_RET_ALLOW || action == SECCOMP_RET_LOG;
+}
+
+bool seccomp_allows_any_arguments(std::span<const sock_filter> program, int nr) {
+    Evaluation e = evaluate(program, native_seccomp_data(nr, {}));
+    return !e.read_beyond_nr && (e.action & SECCOMP_RET_ACTION_FULL) == SECCOMP_RET_ALLOW;
 }
 
 seccomp_data native_seccomp_data(int nr, std::span<const uint64_t> args) {

@@ -112,3 +112,33 @@ TEST(SeccompEvaluate, ScratchMemoryAndAluWork) {
     EXPECT_TRUE(seccomp_allows(bpf, native_seccomp_data(3, {})));
     EXPECT_FALSE(seccomp_allows(bpf, native_seccomp_data(4, {})));
 }
+
+TEST(SeccompAllowsAnyArguments, UnconditionalAllowIsConstant) {
+    auto bpf = compiled("SCMP_ACT_ERRNO", {rule({"openat", "write"}, "SCMP_ACT_ALLOW")});
+    EXPECT_TRUE(seccomp_allows_any_arguments(bpf, SYS_openat));
+    EXPECT_TRUE(seccomp_allows_any_arguments(bpf, SYS_write));
+    EXPECT_FALSE(seccomp_allows_any_arguments(bpf, SYS_close));  // the default: ERRNO
+}
+
+TEST(SeccompAllowsAnyArguments, ArgumentConditionsAreNotConstant) {
+    SeccompArg only_fd_1;
+    only_fd_1.index = 0;
+    only_fd_1.value = 1;
+    only_fd_1.op = "SCMP_CMP_EQ";
+    auto bpf = compiled("SCMP_ACT_ERRNO", {rule({"write"}, "SCMP_ACT_ALLOW", {only_fd_1})});
+    // It allows write(1, ...) but not every write: not a constant allow.
+    EXPECT_TRUE(seccomp_allows(bpf, native_seccomp_data(SYS_write, std::array<uint64_t, 1>{1})));
+    EXPECT_FALSE(seccomp_allows_any_arguments(bpf, SYS_write));
+}
+
+TEST(SeccompAllowsAnyArguments, LogAndDefaultAllowOfOtherSyscalls) {
+    // LOG writes an audit record: observable, so not a plain allow.
+    auto bpf = compiled("SCMP_ACT_ALLOW", {rule({"close"}, "SCMP_ACT_LOG")});
+    EXPECT_FALSE(seccomp_allows_any_arguments(bpf, SYS_close));
+    EXPECT_TRUE(seccomp_allows_any_arguments(bpf, SYS_openat));
+}
+
+TEST(SeccompAllowsAnyArguments, MalformedProgramIsRefused) {
+    std::vector<sock_filter> no_return{BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0)};
+    EXPECT_FALSE(seccomp_allows_any_arguments(no_return, SYS_write));
+}
