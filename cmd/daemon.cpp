@@ -21,7 +21,8 @@ Result<zygote::DaemonOptions::WarmKind> bundle_key(const std::string& relative_b
     auto spec = oci::parse_config(text);
     if (!spec) return std::unexpected(spec.error().wrap(bundle + "/config.json"));
     FB_ASSIGN(Plan plan, make_plan(*spec, PlanOptions{"warm", bundle}));
-    zygote::DaemonOptions::WarmKind kind{zygote::template_key(plan), zygote::cgroup_parent(plan.cgroups_path), ""};
+    zygote::DaemonOptions::WarmKind kind{zygote::template_key(plan), zygote::cgroup_parent(plan.cgroups_path), "", ""};
+    if (kind.key & CLONE_NEWUSER) kind.id_maps = zygote::encode_id_maps(plan.uid_mappings, plan.gid_mappings);
     if (zygote::rootfs_template_fits(plan)) kind.rootfs = zygote::config_fingerprint(text) + " " + bundle;
     return kind;
 }
@@ -57,7 +58,7 @@ int cmd_daemon(const Globals&, const std::vector<std::string>& args) {
     for (const auto& b : warm) {
         auto key = bundle_key(b);
         if (!key) return report(key.error());
-        if (key->key == 0) return report("--warm " + b + ": no template fits this bundle (user namespace or no new namespaces)");
+        if (key->key == 0) return report("--warm " + b + ": no template fits this bundle (a joined user namespace, or no new namespaces)");
         o.warm_keys.push_back(*key);
     }
     auto r = zygote::run_daemon(o);

@@ -14,6 +14,10 @@ setup() {
 teardown() {
 	fb_teardown
 	stop_daemon
+	if [[ -n ${HOLDER_PID:-} ]]; then
+		kill -KILL "$HOLDER_PID" 2>/dev/null
+		wait "$HOLDER_PID" 2>/dev/null || true
+	fi
 }
 
 # start_daemon [DAEMON ARGS...]: a daemon on $SOCK, stopped by teardown.
@@ -158,13 +162,52 @@ zrun() {
 	runtime delete --force "$CID"
 }
 
-@test "zygote: a user-namespace container is never given a template" {
-	start_daemon --pool 1 --warm "$BUNDLE"
-	wait_ready 1
+@test "zygote: a user-namespace container takes a template made in a user namespace with its id maps" {
 	open_path_for_others
 	update_config '.linux.namespaces += [{"type": "user"}]
 		| .linux.uidMappings = [{"containerID": 0, "hostID": 100000, "size": 65536}]
-		| .linux.gidMappings = [{"containerID": 0, "hostID": 100000, "size": 65536}]'
+		| .linux.gidMappings = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+		| .hostname = "zyg"'
+	local probe='cat /proc/self/uid_map /proc/self/gid_map /proc/self/setgroups; grep -E "^(Uid|Gid|CapEff|CapBnd):" /proc/self/status; hostname; cat /sys/class/net/lo/flags; ls /proc/1/ns/net >/dev/null && echo procfs'
+	set_args /bin/sh -c "$probe"
+	local cold
+	cold=$(runtime run --bundle "$BUNDLE" "$CID-cold")
+	start_daemon --pool 1 --warm "$BUNDLE"
+	wait_ready 1
+	run zrun run --bundle "$BUNDLE" "$CID"
+	assert_success
+	assert_equal "$(stat_of served)" 1
+	# The same ids, capabilities, hostname, lo and procfs as a cold container of the bundle.
+	assert_output "$cold"
+	assert_line --partial "100000"
+	# The template's user namespace is the container's; its network namespace belongs to it
+	# (sysfs could not be mounted otherwise) and is not the host's.
+	set_args /bin/sh -c 'readlink /proc/self/ns/user; readlink /proc/self/ns/net'
+	wait_ready 1
+	run zrun run --bundle "$BUNDLE" "$CID-2"
+	assert_success
+	assert_equal "$(stat_of served)" 2
+	[[ ${lines[0]} != "$(readlink /proc/self/ns/user)" ]] || fail "the container is in the host's user namespace"
+	[[ ${lines[1]} != "$(readlink /proc/self/ns/net)" ]] || fail "the container shares the host's network namespace"
+	# Other id maps are another kind of container: not served this one's template.
+	update_config '.linux.uidMappings = [{"containerID": 0, "hostID": 200000, "size": 65536}]'
+	run zrun run --bundle "$BUNDLE" "$CID-3"
+	assert_success
+	assert_equal "$(stat_of served)" 2
+}
+
+@test "zygote: a container joining a user namespace by path is never given a template" {
+	start_daemon --pool 1 --warm "$BUNDLE"
+	wait_ready 1
+	# A user namespace held by a process of ours, root mapped to root.
+	unshare --user --map-root-user sleep 1000 </dev/null >/dev/null 2>&1 3>&- 4>&- &
+	HOLDER_PID=$!
+	local i
+	for i in $(seq 50); do
+		[[ $(readlink "/proc/$HOLDER_PID/ns/user") != "$(readlink /proc/self/ns/user)" ]] && break
+		sleep 0.02
+	done
+	update_config '.linux.namespaces += [{"type": "user", "path": $p}]' --arg p "/proc/$HOLDER_PID/ns/user"
 	set_args /bin/true
 	run zrun run --bundle "$BUNDLE" "$CID"
 	assert_success

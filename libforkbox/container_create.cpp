@@ -89,12 +89,13 @@ std::optional<zygote::Template> take_warm_template(const CreateOptions& opt, con
     }
     int key = zygote::template_key(plan);
     if (key == 0) {
-        log::debug("zygote: cold path: no template fits this container (user namespace)");
+        log::debug("zygote: cold path: no template fits this container (a joined user namespace, or no id maps)");
         return std::nullopt;
     }
     zygote::Request request;
     request.key = key;
     request.cgroup_parent = zygote::cgroup_parent(plan.cgroups_path);
+    if (key & CLONE_NEWUSER) request.id_maps = zygote::encode_id_maps(plan.uid_mappings, plan.gid_mappings);
     // --no-pivot asks for a rootfs built another way than a template's.
     if (!opt.no_pivot && zygote::rootfs_template_fits(plan)) {
         request.rootfs_fingerprint = zygote::config_fingerprint(config_text);
@@ -116,11 +117,11 @@ int activation_fds() {
 
 // Drives init from Go to Ready. Returns init's pid (the clone child, or the grandchild the
 // intermediate process forked).
-Result<pid_t> drive_init(pid_t child, int sync_fd, const Plan& plan, ContainerState& state,
+Result<pid_t> drive_init(pid_t child, bool intermediate, int sync_fd, const Plan& plan, ContainerState& state,
                          std::optional<ChildGuard>& init_guard, const oci::Seccomp* seccomp) {
     state.pid = child;
     FB_TRY(sync_send(sync_fd, SyncType::Go, 0, hook_state_json(state, "created")));
-    pid_t init_pid = plan.needs_intermediate() ? 0 : child;
+    pid_t init_pid = intermediate ? 0 : child;
     for (;;) {
         auto msg = sync_recv(sync_fd);
         if (!msg) {
@@ -227,6 +228,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
 
     trace::mark("create: state written");
     FB_ASSIGN(CgroupLayout layout, detect_cgroup_layout());
+    trace::mark("create: cgroup layout");
     // Planned before any cgroup exists, so a limit this host cannot hold fails create cleanly.
     std::vector<CgroupWrite> cgroup_writes;
     std::optional<std::vector<bpf_insn>> device_program;
@@ -239,6 +241,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     // making them now. Taken right before the cgroups, which consume the spares.
     trace::mark("create: zygote ask");
     std::optional<zygote::Template> warm_template = take_warm_template(opt, spec, plan, cfg.text);
+    trace::mark("create: zygote answered");
     std::vector<OpenNamespace> warm;
     std::string spare_cgroup;
     unique_fd template_mount_ns;
@@ -256,6 +259,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
         }
     }
     FB_ASSIGN(CgroupPlacement cgroups, create_cgroups(layout, plan.cgroups_path, spare_cgroup));
+    trace::mark("create: cgroups placed");
     // Before clone, so the limits hold from the container's first instruction; on failure
     // the placement guard removes the cgroups again. The device program's fd is closed once
     // it is attached, so init never holds it.
@@ -287,7 +291,10 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     args.new_keyring = !opt.no_new_keyring;
     args.preserve_fds = preserve_fds;
     args.console_fd = console_fd.get();
-    args.intermediate = plan.needs_intermediate();
+    // A template's user namespace cannot be visited for the clone (there is no way back out
+    // of one): the intermediate joins it, with the template's other namespaces, and makes
+    // the mount and pid namespaces inside it.
+    args.intermediate = plan.needs_intermediate() || (warm_flags & CLONE_NEWUSER);
     args.warm_namespaces = warm_flags;
     args.template_mount_ns = template_mount_ns.get();
     // On the intermediate path the template's namespaces are joined with the others.
@@ -329,7 +336,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     // hierarchies itself through these fds (see join_v1_cgroups).
     task_files.clear();
     trace::mark("create: go");
-    auto init_pid = drive_init(child, parent_end.get(), plan, state, init_guard,
+    auto init_pid = drive_init(child, args.intermediate, parent_end.get(), plan, state, init_guard,
                                spec.linux && spec.linux->seccomp ? &*spec.linux->seccomp : nullptr);
     if (!init_pid) {
         // Runtime-spec: a failed create-phase hook stops the container and the lifecycle
@@ -339,7 +346,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
         run_poststop_hooks(plan.hooks.poststop, state);
         return std::unexpected(init_pid.error());
     }
-    if (plan.needs_intermediate()) {
+    if (args.intermediate) {
         // The intermediate exits right after reporting init's pid.
         child_guard.dismiss();
         (void)wait_child(child);

@@ -52,7 +52,10 @@ Result<void> map_user_namespace(const InitArgs& a) {
 Result<void> intermediate_stage(InitArgs& a) {
     const Plan& plan = *a.plan;
     FB_TRY(join_namespaces(*a.namespaces));
-    if (plan.new_namespaces & CLONE_NEWUSER) {
+    if (a.warm_namespaces & CLONE_NEWUSER) {
+        // A zygote template's, mapped as the config says: root in it, as after mapping.
+        FB_TRY(become_namespace_root());
+    } else if (plan.new_namespaces & CLONE_NEWUSER) {
         if (::unshare(CLONE_NEWUSER) < 0) return sys_error("unshare user namespace");
         FB_TRY(map_user_namespace(a));
     }

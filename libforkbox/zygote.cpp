@@ -65,10 +65,53 @@ std::string default_socket_path() {
 }
 
 int template_key(const Plan& plan) {
-    if (plan.new_namespaces & CLONE_NEWUSER) return 0;
     for (const auto& j : plan.joins)
         if (j.clone_flag == CLONE_NEWUSER) return 0;
-    return plan.new_namespaces & kTemplateNamespaces;
+    if (!(plan.new_namespaces & CLONE_NEWUSER)) return plan.new_namespaces & kTemplateNamespaces;
+    // Without both maps the cold path's rules (and errors) apply.
+    if (plan.uid_mappings.empty() || plan.gid_mappings.empty()) return 0;
+    return CLONE_NEWUSER | (plan.new_namespaces & kTemplateNamespaces);
+}
+
+std::string encode_id_maps(const std::vector<oci::IdMapping>& uids, const std::vector<oci::IdMapping>& gids) {
+    std::string out;
+    auto add = [&](char kind, const oci::IdMapping& m) {
+        if (!out.empty()) out += ',';
+        out += kind + std::to_string(m.container_id) + ":" + std::to_string(m.host_id) + ":" + std::to_string(m.size);
+    };
+    for (const auto& m : uids) add('u', m);
+    for (const auto& m : gids) add('g', m);
+    return out;
+}
+
+Result<IdMaps> decode_id_maps(std::string_view text) {
+    IdMaps maps;
+    auto number = [](std::string_view s) -> Result<uint32_t> {
+        uint32_t v = 0;
+        auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return fail(EPROTO, "bad id map number");
+        return v;
+    };
+    if (text.ends_with(',')) return fail(EPROTO, "bad id map entry");
+    while (!text.empty()) {
+        size_t comma = text.find(',');
+        std::string_view entry = text.substr(0, comma);
+        text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+        if (entry.size() < 6 || (entry[0] != 'u' && entry[0] != 'g')) return fail(EPROTO, "bad id map entry");
+        size_t c1 = entry.find(':'), c2 = entry.find(':', c1 + 1);
+        if (c1 == std::string_view::npos || c2 == std::string_view::npos) return fail(EPROTO, "bad id map entry");
+        oci::IdMapping m;
+        FB_ASSIGN(m.container_id, number(entry.substr(1, c1 - 1)));
+        FB_ASSIGN(m.host_id, number(entry.substr(c1 + 1, c2 - c1 - 1)));
+        FB_ASSIGN(m.size, number(entry.substr(c2 + 1)));
+        if (m.size == 0) return fail(EPROTO, "empty id map range");
+        auto& list = entry[0] == 'u' ? maps.uids : maps.gids;
+        if (entry[0] == 'u' && !maps.gids.empty()) return fail(EPROTO, "uid maps come first");
+        if (list.size() == 340) return fail(EPROTO, "too many id map entries");
+        list.push_back(m);
+    }
+    if (maps.uids.empty() || maps.gids.empty()) return fail(EPROTO, "a uid and a gid map are needed");
+    return maps;
 }
 
 int namespace_count(int key) {
@@ -148,7 +191,8 @@ std::string config_fingerprint(std::string_view config_text) {
 std::string encode_request(const Request& r) {
     if (r.op == Request::Op::Stats) return "stats";
     std::string out = "take " + std::to_string(r.key);
-    if (!r.cgroup_parent.empty()) out += " " + r.cgroup_parent;
+    if (!r.cgroup_parent.empty() || !r.id_maps.empty()) out += " " + (r.cgroup_parent.empty() ? "/" : r.cgroup_parent);
+    if (!r.id_maps.empty()) out += " userns " + r.id_maps;
     if (!r.rootfs_fingerprint.empty()) out += " rootfs " + r.rootfs_fingerprint + " " + r.rootfs_bundle;
     return out;
 }
@@ -163,7 +207,7 @@ Result<Request> decode_request(std::string_view text) {
     std::string_view rest = text.substr(5);
     size_t space = rest.find(' ');
     FB_ASSIGN(r.key, parse_int(rest.substr(0, space)));
-    if (r.key == 0 || (r.key & ~kTemplateNamespaces)) return fail(EPROTO, "bad template key");
+    if (r.key == 0 || (r.key & ~kTemplateKeyFlags)) return fail(EPROTO, "bad template key");
     if (space != std::string_view::npos) {
         std::string_view parent = rest.substr(space + 1);
         size_t end = parent.find(' ');
@@ -171,6 +215,15 @@ Result<Request> decode_request(std::string_view text) {
         parent = parent.substr(0, end);
         if (!valid_cgroup_parent(parent)) return fail(EPROTO, "bad cgroup parent");
         r.cgroup_parent = std::string(parent);
+        if (tail.starts_with("userns ")) {
+            std::string_view maps = tail.substr(7);
+            size_t maps_end = maps.find(' ');
+            tail = maps_end == std::string_view::npos ? std::string_view{} : maps.substr(maps_end + 1);
+            maps = maps.substr(0, maps_end);
+            FB_TRY(decode_id_maps(maps));
+            r.id_maps = std::string(maps);
+            end = maps_end;  // npos: nothing after the maps
+        }
         if (end != std::string_view::npos) {
             // "rootfs <16 hex digits> <absolute bundle path, to the end>"
             if (!tail.starts_with("rootfs ") || tail.size() < 7 + 16 + 2 || tail[7 + 16] != ' ')
@@ -184,6 +237,7 @@ Result<Request> decode_request(std::string_view text) {
             r.rootfs_bundle = std::string(bundle);
         }
     }
+    if (((r.key & CLONE_NEWUSER) != 0) != !r.id_maps.empty()) return fail(EPROTO, "a user namespace key needs id maps");
     return r;
 }
 
@@ -261,7 +315,7 @@ std::optional<Template> take_template(const std::string& socket_path, const Requ
 
 Result<std::string> daemon_stats(const std::string& socket_path) {
     FB_ASSIGN(unique_fd sock, connect_daemon(socket_path));
-    std::string req = encode_request(Request{Request::Op::Stats, 0, {}, {}, {}});
+    std::string req = encode_request(Request{Request::Op::Stats, 0, {}, {}, {}, {}});
     if (::send(sock.get(), req.data(), req.size(), MSG_NOSIGNAL) < 0) return sys_error("send to the zygote daemon");
     std::vector<unique_fd> fds;
     return receive(sock.get(), fds, 0);

@@ -16,8 +16,14 @@
 // of that pid namespace; it attaches the container's own cgroups itself (their names are
 // not known ahead).
 //
+// A container in a new user namespace takes a template whose namespaces were made inside a
+// user namespace with the same id maps (the key then has CLONE_NEWUSER): its network, ipc
+// and uts namespaces are owned by that user namespace, as a cold clone's would be. init
+// joins them like namespaces given by path (through the intermediate process, which then
+// makes the mount and pid namespaces inside the user namespace).
+//
 // Protocol: one SOCK_SEQPACKET connection per request, one message each way.
-//   client: "take <key> <cgroup parent>[ rootfs <fingerprint> <bundle>]"
+//   client: "take <key> <cgroup parent>[ userns <id maps>][ rootfs <fingerprint> <bundle>]"
 //                          daemon: "ok <key>[ <spare cgroup name>][ rootfs]" with one nsfs fd
 //                                  per namespace in the key (SCM_RIGHTS, in kTemplateOrder),
 //                                  then, for a rootfs template, the mount namespace and the
@@ -41,8 +47,9 @@
 namespace forkbox::zygote {
 
 // Namespaces a template holds, in the order their fds travel.
-inline constexpr std::array<int, 3> kTemplateOrder = {CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWUTS};
+inline constexpr std::array<int, 4> kTemplateOrder = {CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWUTS};
 inline constexpr int kTemplateNamespaces = CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS;
+inline constexpr int kTemplateKeyFlags = kTemplateNamespaces | CLONE_NEWUSER;
 
 // The annotation that opts a container in.
 inline constexpr const char* kAnnotation = "run.forkbox.zygote";
@@ -50,10 +57,20 @@ inline constexpr const char* kAnnotation = "run.forkbox.zygote";
 // FORKBOX_SOCKET, else /run/forkbox/forkbox.sock.
 std::string default_socket_path();
 
-// The template namespaces a Plan creates, or 0 when no template fits it. A container in a
-// user namespace needs namespaces owned by that user namespace, which a template made in
-// advance cannot have.
+// The template namespaces a Plan creates, or 0 when no template fits it. With a new user
+// namespace (and both id maps given) the key has CLONE_NEWUSER and the template's
+// namespaces are made inside a user namespace with those maps; a container joining a user
+// namespace by path gets none (namespaces owned by another user namespace are no use to it).
 int template_key(const Plan& plan);
+
+// A user namespace's id maps on the wire: "u<container>:<host>:<size>" and "g..." entries,
+// comma-separated, uid entries first ("" for none). No spaces: one protocol word.
+std::string encode_id_maps(const std::vector<oci::IdMapping>& uids, const std::vector<oci::IdMapping>& gids);
+struct IdMaps {
+    std::vector<oci::IdMapping> uids, gids;
+};
+// At least one entry of each, at most 340 (the kernel's limit), no empty range.
+Result<IdMaps> decode_id_maps(std::string_view text);
 
 // Number of namespaces (fds) in a key.
 int namespace_count(int key);
@@ -83,6 +100,7 @@ struct Request {
     // A rootfs template of this bundle, whose config.json has this fingerprint (both or neither).
     std::string rootfs_fingerprint;
     std::string rootfs_bundle;
+    std::string id_maps;  // encode_id_maps(), exactly when the key has CLONE_NEWUSER
 };
 std::string encode_request(const Request& r);
 Result<Request> decode_request(std::string_view text);

@@ -94,12 +94,14 @@ struct Template {
     bool rootfs = false;
 };
 
-// A kind of container: its template key, cgroup parent and, for a rootfs template, the
-// config's fingerprint and bundle ("<fingerprint> <bundle>").
+// A kind of container: its template key, cgroup parent, the id maps of its user namespace
+// (encode_id_maps) and, for a rootfs template, the config's fingerprint and bundle
+// ("<fingerprint> <bundle>").
 struct PoolKey {
     int key = 0;
     std::string cgroup_parent;
     std::string rootfs;
+    std::string id_maps;
     auto operator<=>(const PoolKey&) const = default;
 };
 
@@ -186,8 +188,68 @@ Result<std::vector<unique_fd>> build_rootfs(const RootfsRecipe& recipe, int home
     return out;
 }
 
+// The namespaces of a template with a user namespace, made by a child of the builder (a
+// process cannot leave a user namespace it entered): the child unshares the user
+// namespace, the builder writes its id maps as create would for a cold container, then the
+// child unshares the rest inside it (so the user namespace owns them) and brings lo up.
+// The builder opens them all through /proc and the child exits.
+Result<std::vector<unique_fd>> build_in_user_namespace(int key, const IdMaps& maps) {
+    int to_child[2], from_child[2];
+    if (::pipe2(to_child, O_CLOEXEC) < 0) return sys_error("pipe");
+    unique_fd child_rd(to_child[0]), parent_wr(to_child[1]);
+    if (::pipe2(from_child, O_CLOEXEC) < 0) return sys_error("pipe");
+    unique_fd parent_rd(from_child[0]), child_wr(from_child[1]);
+    pid_t pid = ::fork();
+    if (pid < 0) return sys_error("fork");
+    if (pid == 0) {
+        parent_rd.reset();
+        parent_wr.reset();  // else the builder's EOF never comes
+        char c = 0;
+        bool ok = ::unshare(CLONE_NEWUSER) == 0 && ::write(child_wr.get(), "u", 1) == 1 &&
+                  ::read(child_rd.get(), &c, 1) == 1 && c == 'm' && ::unshare(key & ~CLONE_NEWUSER) == 0 &&
+                  (!(key & CLONE_NEWNET) || bring_up_loopback());
+        if (ok) (void)!::write(child_wr.get(), "n", 1);
+        (void)!::read(child_rd.get(), &c, 1);  // until the builder has opened the namespaces
+        _exit(ok ? 0 : 1);
+    }
+    child_rd.reset();
+    child_wr.reset();
+    auto finish = [&] {
+        parent_wr.reset();
+        int status;
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+    };
+    char c = 0;
+    if (::read(parent_rd.get(), &c, 1) != 1 || c != 'u') {
+        finish();
+        return fail(EPERM, "unshare of a user namespace refused");
+    }
+    if (auto mapped = write_id_mappings(pid, maps.uids, maps.gids); !mapped) {
+        finish();
+        return std::unexpected(mapped.error());
+    }
+    if (::write(parent_wr.get(), "m", 1) != 1 || ::read(parent_rd.get(), &c, 1) != 1 || c != 'n') {
+        finish();
+        return fail(EPERM, "namespaces inside the user namespace refused");
+    }
+    std::vector<unique_fd> fds;
+    for (int flag : kTemplateOrder) {
+        if (!(key & flag)) continue;
+        std::string path = "/proc/" + std::to_string(pid) + "/ns/" + std::string(oci::namespace_kind_by_flag(flag)->proc_name);
+        fds.emplace_back(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!fds.back()) {
+            int e = errno;
+            finish();
+            return sys_error(e, "open " + path);
+        }
+    }
+    finish();
+    return fds;
+}
+
 // The builder. Request: the key on the first line; for a rootfs template, "R<fingerprint>
-// <bundle>" on the second; then one line per spare cgroup directory, "c" (a cpuset
+// <bundle>" on the second; for a user namespace, "U<id maps>"; then one line per spare cgroup directory, "c" (a cpuset
 // hierarchy) or "-" and the path. Reply: "1" with the key's nsfs fds in kTemplateOrder
 // (then the mount and pid namespaces of a rootfs template), or "0". A spare cgroup that
 // cannot be made (its parent missing in a hierarchy) is simply not there: the client then
@@ -217,7 +279,7 @@ Result<std::vector<unique_fd>> build_rootfs(const RootfsRecipe& recipe, int home
         std::string_view req(buf, static_cast<size_t>(n));
         size_t nl = req.find('\n');
         int key = std::atoi(std::string(req.substr(0, nl)).c_str());
-        std::string fingerprint, bundle;
+        std::string fingerprint, bundle, id_maps;
         while (nl != std::string_view::npos && nl + 2 < req.size()) {
             size_t next = req.find('\n', nl + 1);
             std::string_view line = req.substr(nl + 1, next == std::string_view::npos ? std::string_view::npos : next - nl - 1);
@@ -225,7 +287,9 @@ Result<std::vector<unique_fd>> build_rootfs(const RootfsRecipe& recipe, int home
                 nl = next;
                 continue;
             }
-            if (line[0] == 'R') {
+            if (line[0] == 'U') {
+                id_maps = std::string(line.substr(1));
+            } else if (line[0] == 'R') {
                 size_t space = line.find(' ');
                 fingerprint = std::string(line.substr(1, space - 1));
                 bundle = space == std::string_view::npos ? "" : std::string(line.substr(space + 1));
@@ -235,15 +299,28 @@ Result<std::vector<unique_fd>> build_rootfs(const RootfsRecipe& recipe, int home
             }
             nl = next;
         }
-        bool ok = key != 0 && ::unshare(key) == 0 && (!(key & CLONE_NEWNET) || bring_up_loopback());
         std::vector<unique_fd> fds;
-        for (int flag : kTemplateOrder) {
-            if (!ok || !(key & flag)) continue;
-            std::string path = "/proc/self/ns/" + std::string(oci::namespace_kind_by_flag(flag)->proc_name);
-            fds.emplace_back(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-            ok = static_cast<bool>(fds.back());
-        }
         std::string note;
+        bool ok = key != 0;
+        if (ok && (key & CLONE_NEWUSER)) {
+            auto maps = decode_id_maps(id_maps);
+            auto made = maps ? build_in_user_namespace(key, *maps)
+                             : Result<std::vector<unique_fd>>(std::unexpected(maps.error()));
+            if (made) {
+                fds = std::move(*made);
+            } else {
+                ok = false;
+                note = made.error().what();
+            }
+        } else {
+            ok = ok && ::unshare(key) == 0 && (!(key & CLONE_NEWNET) || bring_up_loopback());
+            for (int flag : kTemplateOrder) {
+                if (!ok || !(key & flag)) continue;
+                std::string path = "/proc/self/ns/" + std::string(oci::namespace_kind_by_flag(flag)->proc_name);
+                fds.emplace_back(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+                ok = static_cast<bool>(fds.back());
+            }
+        }
         if (ok && !fingerprint.empty()) {
             auto recipe = recipe_for(recipes, fingerprint, bundle);
             auto rootfs = recipe ? build_rootfs(**recipe, home_mnt, home_pid)
@@ -369,6 +446,7 @@ void Daemon::start_builder(const PoolKey& key) {
         builder_pid_ = pid;
     }
     std::string request = std::to_string(key.key);
+    if (!key.id_maps.empty()) request += "\nU" + key.id_maps;
     if (!key.rootfs.empty()) request += "\nR" + key.rootfs;
     std::vector<std::string> dirs;
     std::string name;
@@ -500,9 +578,15 @@ void Daemon::serve(int conn) {
     }
     pollfd p{conn, POLLIN, 0};
     if (::poll(&p, 1, 1000) <= 0) return;
-    char buf[128];
-    ssize_t n = ::recv(conn, buf, sizeof buf, 0);
+    // Bundle paths and id maps make requests of a few KiB at most; a longer one is refused
+    // whole (MSG_TRUNC), never read cut short.
+    char buf[16384];
+    ssize_t n = ::recv(conn, buf, sizeof buf, MSG_TRUNC);
     if (n <= 0) return;
+    if (static_cast<size_t>(n) > sizeof buf) {
+        log::warn("zygote: refused a request of " + std::to_string(n) + " bytes");
+        return;
+    }
     auto req = decode_request(std::string_view(buf, static_cast<size_t>(n)));
     if (!req) {
         log::warn(std::string("zygote: bad request: ") + req.error().what());
@@ -522,13 +606,13 @@ void Daemon::serve(int conn) {
     // template, or else a namespace-only one (its pool then kept warm too).
     Pool* pool = nullptr;
     if (!req->rootfs_fingerprint.empty() && rootfs_templates_) {
-        Pool& rootfs = pools_[PoolKey{req->key, req->cgroup_parent, req->rootfs_fingerprint + " " + req->rootfs_bundle}];
+        Pool& rootfs = pools_[PoolKey{req->key, req->cgroup_parent, req->rootfs_fingerprint + " " + req->rootfs_bundle, ""}];
         rootfs.last_used = Clock::now();
         ++rootfs.asked;
         if (!rootfs.ready.empty()) pool = &rootfs;
     }
     if (!pool) {
-        pool = &pools_[PoolKey{req->key, req->cgroup_parent, ""}];
+        pool = &pools_[PoolKey{req->key, req->cgroup_parent, "", req->id_maps}];
         pool->last_used = Clock::now();
     }
     if (pool->ready.empty()) {
@@ -585,8 +669,8 @@ Result<void> Daemon::run() {
     // Namespace-only templates serve any container of the kind (a config seen for the first
     // time, podman's per-container rootfs); rootfs templates serve the warmed bundle.
     for (const auto& w : opt_.warm_keys) {
-        pools_[PoolKey{w.key, w.cgroup_parent, ""}];
-        if (!w.rootfs.empty() && rootfs_templates_) pools_[PoolKey{w.key, w.cgroup_parent, w.rootfs}].warmed = true;
+        pools_[PoolKey{w.key, w.cgroup_parent, "", w.id_maps}];
+        if (!w.rootfs.empty() && rootfs_templates_) pools_[PoolKey{w.key, w.cgroup_parent, w.rootfs, ""}].warmed = true;
     }
     log::info("zygote daemon listening on " + opt_.socket_path + " (pool " + std::to_string(opt_.pool_size) + ")");
     bool stopping = false;

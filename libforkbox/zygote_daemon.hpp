@@ -20,6 +20,7 @@ struct DaemonOptions {
         int key = 0;
         std::string cgroup_parent;
         std::string rootfs;  // "<config fingerprint> <bundle>" when a rootfs template fits
+        std::string id_maps;  // encode_id_maps() of a user namespace's maps
     };
     std::vector<WarmKind> warm_keys;
 };

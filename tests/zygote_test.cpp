@@ -13,21 +13,60 @@ TEST(ZygoteKey, IsTheTemplateNamespacesThePlanCreates) {
     EXPECT_EQ(template_key(p), 0);
 }
 
-TEST(ZygoteKey, NoTemplateForUserNamespaces) {
+TEST(ZygoteKey, UserNamespaceTemplatesNeedBothIdMaps) {
     Plan p;
-    p.new_namespaces = CLONE_NEWNET | CLONE_NEWUSER;
+    p.new_namespaces = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUSER;
+    EXPECT_EQ(template_key(p), 0);  // no maps: the cold path and its errors
+    p.uid_mappings = {{0, 100000, 65536}};
     EXPECT_EQ(template_key(p), 0);
+    p.gid_mappings = {{0, 100000, 65536}};
+    EXPECT_EQ(template_key(p), CLONE_NEWUSER | CLONE_NEWNET);
+}
+
+TEST(ZygoteKey, NoTemplateWhenJoiningAUserNamespace) {
+    Plan p;
     p.new_namespaces = CLONE_NEWNET;
     p.joins.push_back(NamespaceJoin{CLONE_NEWUSER, "user", "/proc/1/ns/user"});
     EXPECT_EQ(template_key(p), 0);
 }
 
+TEST(ZygoteProtocol, IdMapsRoundTrip) {
+    std::vector<oci::IdMapping> uids{{0, 100000, 65536}, {65536, 4294901760u, 1}}, gids{{0, 200000, 1000}};
+    std::string text = encode_id_maps(uids, gids);
+    EXPECT_EQ(text, "u0:100000:65536,u65536:4294901760:1,g0:200000:1000");
+    auto maps = decode_id_maps(text);
+    ASSERT_TRUE(maps);
+    ASSERT_EQ(maps->uids.size(), 2u);
+    EXPECT_EQ(maps->uids[1].host_id, 4294901760u);
+    ASSERT_EQ(maps->gids.size(), 1u);
+    EXPECT_EQ(maps->gids[0].size, 1000u);
+    for (const char* bad : {"", "u0:1:1", "g0:1:1", "u0:1:0,g0:1:1", "u0:1,g0:1:1", "x0:1:1,g0:1:1",
+                            "u0:1:1,g0:1:1,u1:2:1", "u0:1:4294967296,g0:1:1", "u0:1:1 ,g0:1:1", "u0:1:1,g0:1:1,"})
+        EXPECT_FALSE(decode_id_maps(bad)) << bad;
+}
+
+TEST(ZygoteProtocol, UserNamespaceRequestsCarryTheirIdMaps) {
+    Request take{Request::Op::Take, CLONE_NEWUSER | CLONE_NEWNET, "/forkbox", {}, {}, "u0:100000:65536,g0:100000:65536"};
+    auto r = decode_request(encode_request(take));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->key, CLONE_NEWUSER | CLONE_NEWNET);
+    EXPECT_EQ(r->cgroup_parent, "/forkbox");
+    EXPECT_EQ(r->id_maps, "u0:100000:65536,g0:100000:65536");
+    std::string key = std::to_string(CLONE_NEWUSER | CLONE_NEWNET);
+    // Maps without the key's user flag, the flag without maps, bad maps: refused.
+    EXPECT_FALSE(decode_request("take " + std::to_string(CLONE_NEWNET) + " / userns u0:1:1,g0:1:1"));
+    EXPECT_FALSE(decode_request("take " + key + " /forkbox"));
+    EXPECT_FALSE(decode_request("take " + key + " /forkbox userns u0:1:1"));
+    EXPECT_FALSE(decode_request("take " + key + " /forkbox userns "));
+    EXPECT_TRUE(decode_request("take " + key + " / userns u0:1:1,g0:1:1"));
+}
+
 TEST(ZygoteProtocol, RequestsRoundTrip) {
-    auto r = decode_request(encode_request(Request{Request::Op::Take, CLONE_NEWNET | CLONE_NEWUTS, {}, {}, {}}));
+    auto r = decode_request(encode_request(Request{Request::Op::Take, CLONE_NEWNET | CLONE_NEWUTS, {}, {}, {}, {}}));
     ASSERT_TRUE(r);
     EXPECT_EQ(r->op, Request::Op::Take);
     EXPECT_EQ(r->key, CLONE_NEWNET | CLONE_NEWUTS);
-    auto s = decode_request(encode_request(Request{Request::Op::Stats, 0, {}, {}, {}}));
+    auto s = decode_request(encode_request(Request{Request::Op::Stats, 0, {}, {}, {}, {}}));
     ASSERT_TRUE(s);
     EXPECT_EQ(s->op, Request::Op::Stats);
 }
@@ -35,13 +74,14 @@ TEST(ZygoteProtocol, RequestsRoundTrip) {
 TEST(ZygoteProtocol, RejectsGarbageAndForeignKeys) {
     for (const char* bad : {"", "take", "take ", "take x", "take 0", "give 1", "take 12abc"})
         EXPECT_FALSE(decode_request(bad)) << bad;
-    EXPECT_FALSE(decode_request("take " + std::to_string(CLONE_NEWUSER)));
+    EXPECT_FALSE(decode_request("take " + std::to_string(CLONE_NEWUSER)));  // no id maps
     EXPECT_FALSE(decode_request("take " + std::to_string(CLONE_NEWNET | CLONE_NEWNS)));
 }
 
 TEST(ZygoteProtocol, NamespaceCount) {
     EXPECT_EQ(namespace_count(CLONE_NEWNET), 1);
     EXPECT_EQ(namespace_count(kTemplateNamespaces), 3);
+    EXPECT_EQ(namespace_count(kTemplateKeyFlags), 4);
 }
 
 TEST(ZygoteSocket, EnvironmentOverridesTheDefault) {
@@ -53,7 +93,7 @@ TEST(ZygoteSocket, EnvironmentOverridesTheDefault) {
 }
 
 TEST(ZygoteProtocol, TakeCarriesTheCgroupParent) {
-    auto r = decode_request(encode_request(Request{Request::Op::Take, CLONE_NEWNET, "/forkbox", {}, {}}));
+    auto r = decode_request(encode_request(Request{Request::Op::Take, CLONE_NEWNET, "/forkbox", {}, {}, {}}));
     ASSERT_TRUE(r);
     EXPECT_EQ(r->key, CLONE_NEWNET);
     EXPECT_EQ(r->cgroup_parent, "/forkbox");
@@ -92,7 +132,7 @@ TEST(ZygoteProtocol, CgroupParentIsTheDirectoryAbove) {
 }
 
 TEST(ZygoteProtocol, RootfsRequestsCarryFingerprintAndBundle) {
-    Request take{Request::Op::Take, CLONE_NEWNET, "/forkbox", config_fingerprint("{}"), "/var/lib/my bundle"};
+    Request take{Request::Op::Take, CLONE_NEWNET, "/forkbox", config_fingerprint("{}"), "/var/lib/my bundle", {}};
     auto r = decode_request(encode_request(take));
     ASSERT_TRUE(r);
     EXPECT_EQ(r->rootfs_fingerprint, config_fingerprint("{}"));
