@@ -7,7 +7,10 @@
 namespace forkbox::cmd {
 
 bool VerbParser::parse(const std::vector<std::string>& args, po::variables_map& vm) {
-    auto parsed = po::command_line_parser(args).options(desc_).positional(pos_).run();
+    // No guessing from prefixes: runc takes whole flag names only, and a guess turns a
+    // mistyped or unknown flag into another one (daemon --root meant --rootfs-after).
+    auto style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+    auto parsed = po::command_line_parser(args).options(desc_).positional(pos_).style(style).run();
     po::store(parsed, vm);
     if (vm.count("help")) {
         print_help();

@@ -3,6 +3,8 @@
 
 #include "cmd/common.hpp"
 #include "libforkbox/plan.hpp"
+#include "libforkbox/seccomp_cache.hpp"
+#include "libforkbox/state.hpp"
 #include "libforkbox/zygote.hpp"
 #include "libforkbox/zygote_daemon.hpp"
 #include "oci/parse.hpp"
@@ -11,8 +13,9 @@ namespace forkbox::cmd {
 
 namespace {
 
-// The kind of container a bundle's config.json makes (--warm).
-Result<zygote::DaemonOptions::WarmKind> bundle_key(const std::string& relative_bundle) {
+// The kind of container a bundle's config.json makes (--warm). Its seccomp profile is
+// compiled into the state root's cache now, so even the first create finds it there.
+Result<zygote::DaemonOptions::WarmKind> bundle_key(const std::string& relative_bundle, const StateStore& store) {
     char* real = ::realpath(relative_bundle.c_str(), nullptr);
     if (!real) return sys_error("bundle " + relative_bundle);
     std::string bundle(real);
@@ -21,6 +24,11 @@ Result<zygote::DaemonOptions::WarmKind> bundle_key(const std::string& relative_b
     auto spec = oci::parse_config(text);
     if (!spec) return std::unexpected(spec.error().wrap(bundle + "/config.json"));
     FB_ASSIGN(Plan plan, make_plan(*spec, PlanOptions{"warm", bundle}));
+    if (spec->linux && spec->linux->seccomp) {
+        FB_TRY(store.ensure_root());
+        auto program = compile_seccomp_cached(*spec->linux->seccomp, store.root());
+        if (!program) return std::unexpected(program.error().wrap(bundle + "/config.json: seccomp"));
+    }
     zygote::DaemonOptions::WarmKind kind{zygote::template_key(plan), zygote::cgroup_parent(plan.cgroups_path), "", ""};
     if (kind.key & CLONE_NEWUSER) kind.id_maps = zygote::encode_id_maps(plan.uid_mappings, plan.gid_mappings);
     if (zygote::rootfs_template_fits(plan)) kind.rootfs = zygote::config_fingerprint(text) + " " + bundle;
@@ -29,12 +37,13 @@ Result<zygote::DaemonOptions::WarmKind> bundle_key(const std::string& relative_b
 
 }  // namespace
 
-int cmd_daemon(const Globals&, const std::vector<std::string>& args) {
-    VerbParser p("daemon [--socket PATH] [--pool N] [--warm BUNDLE]... [--stats]",
+int cmd_daemon(const Globals& g, const std::vector<std::string>& args) {
+    VerbParser p("daemon [--socket PATH] [--pool N] [--root DIR] [--warm BUNDLE]... [--stats]",
                  "Keep warm namespace templates for zygote-mode create/run (in the foreground; SIGTERM stops it).");
     zygote::DaemonOptions o;
     std::vector<std::string> warm;
     bool stats = false;
+    std::string root = g.root;
     p.add()("socket", po::value(&o.socket_path)->default_value(zygote::default_socket_path()),
             "unix socket to serve (FORKBOX_SOCKET overrides the default)")(
         "pool", po::value(&o.pool_size)->default_value(4), "warm templates kept per kind of container")(
@@ -45,6 +54,8 @@ int cmd_daemon(const Globals&, const std::vector<std::string>& args) {
         "rootfs-after", po::value(&o.rootfs_after)->default_value(2),
         "requests for the same bundle and config before rootfs templates are made for it")(
         "warm", po::value(&warm)->composing(), "keep templates for this bundle's containers warm from the start")(
+        "root", po::value(&root), "state root of the containers served (default: the global --root): "
+                                  "--warm bundles' seccomp profiles are compiled into its cache at start")(
         "stats", po::bool_switch(&stats), "print a running daemon's counters and exit");
     po::variables_map vm;
     if (!p.parse(args, vm)) return 0;
@@ -56,7 +67,7 @@ int cmd_daemon(const Globals&, const std::vector<std::string>& args) {
     }
     if (o.pool_size < 1 || o.pool_size > 1024) return report("--pool must be between 1 and 1024");
     for (const auto& b : warm) {
-        auto key = bundle_key(b);
+        auto key = bundle_key(b, StateStore(root));
         if (!key) return report(key.error());
         if (key->key == 0) return report("--warm " + b + ": no template fits this bundle (a joined user namespace, or no new namespaces)");
         o.warm_keys.push_back(*key);

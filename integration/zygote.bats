@@ -399,3 +399,22 @@ spares_of() {
 	grep -q "zygote: rootfs templates on" "$BATS_TEST_TMPDIR/daemon.log" ||
 		skip "$(grep "rootfs templates" "$BATS_TEST_TMPDIR/daemon.log")"
 }
+
+@test "zygote: daemon --root compiles the --warm bundles' seccomp profiles into that root's cache" {
+	local root=$BATS_TEST_TMPDIR/served-root
+	update_config '.linux.seccomp = {"defaultAction": "SCMP_ACT_ALLOW",
+		"syscalls": [{"names": ["mkdirat"], "action": "SCMP_ACT_ERRNO"}]}'
+	# Whole flag names only: a prefix is not guessed into another flag (--rootfs-after).
+	run "$FORKBOX" daemon --socket "$SOCK" --roo "$root"
+	assert_failure
+	assert_output --partial "unrecognised option '--roo'"
+	start_daemon --pool 1 --root "$root" --warm "$BUNDLE"
+	run compgen -G "$root/.seccomp=*"
+	assert_success
+	assert_equal "${#lines[@]}" 1
+	# The create finds it: no second entry.
+	set_args /bin/true
+	"$FORKBOX" --root "$root" --zygote="$SOCK" run --bundle "$BUNDLE" "$CID"
+	run compgen -G "$root/.seccomp=*"
+	assert_equal "${#lines[@]}" 1
+}

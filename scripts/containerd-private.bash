@@ -164,5 +164,11 @@ ctrd_stop() {
 		umount -l "$mnt" 2>/dev/null
 	done
 	rm -rf "$CTRD_DIR"
+	# The runc shim's --root for our namespace, outside CTRD_DIR: by now it holds only
+	# forkbox's compiled-seccomp cache (rmdir keeps it if a container was left behind).
+	if [[ -n ${CTRD_NS:-} && $CTRD_NS != k8s.io ]]; then
+		rm -f "/run/containerd/runc/$CTRD_NS"/.seccomp=* 2>/dev/null
+		rmdir "/run/containerd/runc/$CTRD_NS" 2>/dev/null
+	fi
 	return 0
 }
