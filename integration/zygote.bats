@@ -305,6 +305,27 @@ spares_of() {
 	done
 }
 
+@test "zygote: a create that fails after asking the daemon leaves no spare cgroup behind" {
+	[[ -f /sys/fs/cgroup/cpu/cgroup.procs ]] || skip "no cgroup v1 cpu hierarchy on this host"
+	start_daemon --pool 2 --warm "$BUNDLE"
+	wait_full
+	zrun create --bundle "$BUNDLE" "$CID" </dev/null >/dev/null 2>&1 3>&- 4>&-
+	wait_full
+	run spares_of "$DAEMON_PID"
+	local before=("${lines[@]}") served
+	served=$(stat_of served)
+	# The daemon is asked as soon as the config is planned; the id is found taken later.
+	run zrun create --bundle "$BUNDLE" "$CID"
+	assert_failure
+	assert_output --partial "container with id exists"
+	assert_equal "$(stat_of served)" $((served + 1))
+	# The template's spare is gone (pools refill with new ones meanwhile).
+	local gone=0 s
+	for s in "${before[@]}"; do [[ -d $s ]] || gone=$((gone + 1)); done
+	assert_equal "$gone" 1
+	runtime delete --force "$CID"
+}
+
 @test "zygote: spare cgroups go with the daemon, and a SIGKILLed daemon's are removed by the next" {
 	[[ -f /sys/fs/cgroup/cpu/cgroup.procs ]] || skip "no cgroup v1 cpu hierarchy on this host"
 	start_daemon --pool 2 --warm "$BUNDLE"

@@ -197,6 +197,13 @@ Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::st
     return p;
 }
 
+void remove_spare_cgroups(const CgroupLayout& layout, const std::string& parent, const std::string& spare) {
+    if (spare.empty()) return;
+    std::string under = parent == "/" ? "" : parent;
+    for (const auto& h : layout.hierarchies)
+        if (!h.unified) ::rmdir((h.mountpoint + under + "/" + spare).c_str());
+}
+
 Result<void> remove_cgroups(const std::vector<std::string>& created) {
     std::vector<std::string> dirs = created;
     // Children before parents: longest paths first.

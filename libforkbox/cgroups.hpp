@@ -90,6 +90,10 @@ Result<void> join_v1_cgroups(const std::vector<int>& task_fds);
 Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::string& path,
                                        const std::string& spare = {});
 
+// A zygote template's spare cgroup that no container will take (named `spare` under the
+// cgroup parent `parent`, zygote::cgroup_parent): removed from every v1 hierarchy.
+void remove_spare_cgroups(const CgroupLayout& layout, const std::string& parent, const std::string& spare);
+
 // A new v1 cpuset cgroup starts with no cpus and no memory nodes: copies its parent's.
 Result<void> inherit_cpuset(const std::string& dir);
 

@@ -77,10 +77,38 @@ Result<LoadedConfig> load_bundle_config(const std::string& bundle) {
     return c;
 }
 
-// The template a zygote daemon has warm for this plan, when zygote mode is on; nullopt
-// otherwise (the cold path makes namespaces and cgroups).
-std::optional<zygote::Template> take_warm_template(const CreateOptions& opt, const oci::Spec& spec, const Plan& plan,
-                                                  const std::string& config_text) {
+// A zygote template asked for as soon as the Plan is known, so that the daemon answers
+// while create writes its state, and taken right before the cgroups (which consume its
+// spares). Dropped untaken, when create fails in between, the reply is still read and
+// its spare cgroups removed: nothing is left behind.
+class WarmTemplateRequest {
+public:
+    WarmTemplateRequest(std::optional<zygote::PendingTemplate> pending, std::string cgroup_parent)
+        : pending_(std::move(pending)), cgroup_parent_(std::move(cgroup_parent)) {}
+    WarmTemplateRequest(const WarmTemplateRequest&) = delete;
+    WarmTemplateRequest& operator=(const WarmTemplateRequest&) = delete;
+    ~WarmTemplateRequest() {
+        if (!pending_ || pending_->answered()) return;
+        auto unused = pending_->take();
+        if (!unused || unused->spare_cgroup.empty()) return;
+        if (auto layout = detect_cgroup_layout()) remove_spare_cgroups(*layout, cgroup_parent_, unused->spare_cgroup);
+    }
+    std::optional<zygote::Template> take() {
+        if (!pending_) return std::nullopt;
+        auto t = pending_->take();
+        if (t) log::debug(std::string("zygote: warm ") + (t->mount_namespace ? "rootfs" : "namespaces"));
+        return t;
+    }
+
+private:
+    std::optional<zygote::PendingTemplate> pending_;
+    std::string cgroup_parent_;
+};
+
+// Asks the zygote daemon for a template for this plan, when zygote mode is on; nothing is
+// asked otherwise (the cold path makes namespaces and cgroups).
+std::optional<zygote::PendingTemplate> ask_warm_template(const CreateOptions& opt, const oci::Spec& spec,
+                                                         const Plan& plan, const std::string& config_text) {
     std::string socket = opt.zygote_socket;
     if (socket.empty()) {
         auto a = spec.annotations.find(zygote::kAnnotation);
@@ -101,9 +129,7 @@ std::optional<zygote::Template> take_warm_template(const CreateOptions& opt, con
         request.rootfs_fingerprint = zygote::config_fingerprint(config_text);
         request.rootfs_bundle = plan.bundle;
     }
-    auto t = zygote::take_template(socket, request);
-    if (t) log::debug(std::string("zygote: warm ") + (t->mount_namespace ? "rootfs" : "namespaces") + " from " + socket);
-    return t;
+    return zygote::PendingTemplate::ask(socket, request);
 }
 
 // sd_listen_fds(3): sockets passed to forkbox by socket activation (fds 3..3+N-1).
@@ -178,6 +204,10 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     if (!terminal) pty_master = nullptr;
     FB_ASSIGN(Plan plan, make_plan(spec, PlanOptions{opt.id, bundle}));
     trace::mark("create: planned");
+    // Zygote mode: asked now, taken before the cgroups; the daemon answers meanwhile.
+    WarmTemplateRequest warm_request(ask_warm_template(opt, spec, plan, cfg.text),
+                                     zygote::cgroup_parent(plan.cgroups_path));
+    trace::mark("create: zygote asked");
     if (!spec.process || plan.process.args.empty()) return fail(EINVAL, "config.json: process.args must not be empty");
     int preserve_fds = opt.preserve_fds;
     // Socket activation of forkbox itself passes the sockets on, as runc does.
@@ -239,8 +269,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     }
     // Zygote mode: fresh namespaces and spare cgroups from a warm template instead of
     // making them now. Taken right before the cgroups, which consume the spares.
-    trace::mark("create: zygote ask");
-    std::optional<zygote::Template> warm_template = take_warm_template(opt, spec, plan, cfg.text);
+    std::optional<zygote::Template> warm_template = warm_request.take();
     trace::mark("create: zygote answered");
     std::vector<OpenNamespace> warm;
     std::string spare_cgroup;

@@ -269,18 +269,31 @@ Result<Reply> decode_reply(std::string_view text) {
     return r;
 }
 
-std::optional<Template> take_template(const std::string& socket_path, const Request& request) {
-    int key = request.key;
-    auto attempt = [&]() -> Result<Template> {
+std::optional<PendingTemplate> PendingTemplate::ask(const std::string& socket_path, const Request& request) {
+    auto sent = [&]() -> Result<unique_fd> {
         FB_ASSIGN(unique_fd sock, connect_daemon(socket_path));
         std::string req = encode_request(request);
         if (::send(sock.get(), req.data(), req.size(), MSG_NOSIGNAL) < 0) return sys_error("send to the zygote daemon");
+        return sock;
+    }();
+    if (!sent) {
+        log::debug("zygote: cold path: " + std::string(sent.error().what()));
+        return std::nullopt;
+    }
+    return PendingTemplate(std::move(*sent), request);
+}
+
+std::optional<Template> PendingTemplate::take() {
+    if (!sock_) return std::nullopt;
+    unique_fd sock = std::move(sock_);
+    int key = key_;
+    auto attempt = [&]() -> Result<Template> {
         std::vector<unique_fd> fds;
         FB_ASSIGN(std::string reply, receive(sock.get(), fds, static_cast<size_t>(namespace_count(key)) + 2));
         if (reply == "none") return fail(ENOENT, "no warm template for this container");
         FB_ASSIGN(Reply decoded, decode_reply(reply));
         size_t want = static_cast<size_t>(namespace_count(key)) + (decoded.rootfs ? 2 : 0);
-        if (decoded.key != key || fds.size() != want || (decoded.rootfs && request.rootfs_fingerprint.empty()))
+        if (decoded.key != key || fds.size() != want || (decoded.rootfs && !rootfs_asked_))
             return fail(EPROTO, "unexpected reply from the zygote daemon: " + reply);
         Template out;
         out.spare_cgroup = decoded.spare;

@@ -120,9 +120,25 @@ struct Template {
     unique_fd pid_namespace;    // the pid namespace its /proc shows (init enters it as pid 1)
 };
 
-// Client side. Takes a template for `key`; nullopt (logged at debug level) on any problem:
-// no daemon, a refusal, an empty pool, a slow daemon.
-std::optional<Template> take_template(const std::string& socket_path, const Request& request);
+// Client side: a take request sent and its reply not read yet, so the daemon answers while
+// the client does other work. take() reads the reply: a template, or nullopt (logged at
+// debug level) on any problem: a refusal, an empty pool, a slow daemon. A request dropped
+// without take() leaves the reply (and the spare cgroups it names) unread: see
+// WarmTemplateRequest in container_create.cpp, which takes and discards it.
+class PendingTemplate {
+public:
+    // nullopt (logged) when the daemon cannot be reached.
+    static std::optional<PendingTemplate> ask(const std::string& socket_path, const Request& request);
+    std::optional<Template> take();
+    bool answered() const { return !sock_; }
+
+private:
+    PendingTemplate(unique_fd sock, const Request& request) : sock_(std::move(sock)), key_(request.key),
+                                                              rootfs_asked_(!request.rootfs_fingerprint.empty()) {}
+    unique_fd sock_;
+    int key_ = 0;
+    bool rootfs_asked_ = false;
+};
 
 // Client side, for tests and `forkbox daemon --stats`: the daemon's counters line.
 Result<std::string> daemon_stats(const std::string& socket_path);
