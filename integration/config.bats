@@ -494,6 +494,17 @@ ok"
 	done
 }
 
+@test "a cgroup namespace is rooted at the container's own cgroups" {
+	update_config '.linux.namespaces += [{"type": "cgroup"}]'
+	run_sh 'cat /proc/self/cgroup'
+	assert_success
+	# Every hierarchy (v1 and v2) shows the container's cgroup as its root.
+	local line
+	for line in "${lines[@]}"; do
+		[[ $line == *:/ ]] || fail "not rooted at the container's cgroup: $line"
+	done
+}
+
 @test "a time namespace with a boottime offset shifts the container's uptime" {
 	update_config '.linux.namespaces += [{"type": "time"}]
 		| .linux.timeOffsets = {"boottime": {"secs": 100000000, "nanosecs": 0},
