@@ -7,6 +7,7 @@
 #include "libforkbox/state.hpp"
 #include "libforkbox/zygote.hpp"
 #include "libforkbox/zygote_daemon.hpp"
+#include "oci/config_text.hpp"
 #include "oci/parse.hpp"
 
 namespace forkbox::cmd {
@@ -26,7 +27,9 @@ Result<zygote::DaemonOptions::WarmKind> bundle_key(const std::string& relative_b
     FB_ASSIGN(Plan plan, make_plan(*spec, PlanOptions{"warm", bundle}));
     if (spec->linux && spec->linux->seccomp) {
         FB_TRY(store.ensure_root());
-        auto program = compile_seccomp_cached(*spec->linux->seccomp, store.root());
+        auto member = oci::split_seccomp_member(text);
+        auto program = compile_seccomp_cached(*spec->linux->seccomp, store.root(),
+                                              member ? member->profile : std::string_view{});
         if (!program) return std::unexpected(program.error().wrap(bundle + "/config.json: seccomp"));
     }
     zygote::DaemonOptions::WarmKind kind{zygote::template_key(plan), zygote::cgroup_parent(plan.cgroups_path), "", ""};

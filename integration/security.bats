@@ -230,6 +230,25 @@ use_default_seccomp() {
 	[ "$(stat -c %s "${entries[0]}")" -gt 100 ] || fail "the damaged entry was not replaced"
 }
 
+@test "a cached profile's program is used without parsing the profile, and a changed profile is compiled anew" {
+	skip_if_runc "forkbox's seccomp cache"
+	run_helper syscall mount
+	assert_output "mount errno=1"
+	set_args /bin/fbhelper syscall mount
+	run --separate-stderr runtime --debug run --bundle "$BUNDLE" "$CID-2"
+	assert_success
+	assert_output "mount errno=1"
+	[[ $stderr == *"the profile's program is cached"* ]] || fail "the profile was parsed: $stderr"
+	# Another text is another profile: never the old program.
+	update_config '.linux.seccomp.defaultErrnoRet = 38'
+	run --separate-stderr runtime --debug run --bundle "$BUNDLE" "$CID-3"
+	assert_success
+	assert_output "mount errno=38"
+	[[ $stderr != *"the profile's program is cached"* ]] || fail "a changed profile was served from the cache"
+	local entries=("$ROOT"/.seccomp=*)
+	assert_equal "${#entries[@]}" 2
+}
+
 # ---------------------------------------------------------------------------------------
 # CVE-2019-5736 class, the exec half (issue #3): the host's runtime binary behind
 # /proc/self/exe. forkbox's container process is a fork of the forkbox binary, so its

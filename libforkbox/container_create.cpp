@@ -28,6 +28,7 @@
 #include "libforkbox/terminal.hpp"
 #include "libforkbox/trace.hpp"
 #include "libforkbox/zygote.hpp"
+#include "oci/config_text.hpp"
 #include "oci/json.hpp"
 #include "oci/parse.hpp"
 #include "oci/validate.hpp"
@@ -58,9 +59,13 @@ Result<std::string> absolute_bundle(const std::string& bundle) {
 struct LoadedConfig {
     oci::Spec spec;
     std::string text;
+    std::string seccomp_json;  // linux.seccomp's text when a scan found it (the cache key)
+    // The compiled program, found in the cache without parsing the profile: then
+    // spec.linux->seccomp stays empty (a profile with notify rules is always parsed).
+    std::optional<SeccompProgram> cached_seccomp;
 };
 
-Result<LoadedConfig> load_bundle_config(const std::string& bundle) {
+Result<LoadedConfig> load_bundle_config(const std::string& bundle, const std::string& root) {
     LoadedConfig c;
     std::string path = bundle + "/config.json";
     auto text = read_file(path);
@@ -70,6 +75,23 @@ Result<LoadedConfig> load_bundle_config(const std::string& bundle) {
     }
     c.text = std::move(*text);
     trace::mark("create: config read");
+    if (auto member = oci::split_seccomp_member(c.text)) {
+        c.seccomp_json = std::string(member->profile);
+        // Validation of a profile depends on the profile alone, and the cache holds only
+        // profiles that passed it: the rest of the config is parsed and validated as usual.
+        auto program = find_cached_seccomp(member->profile, root);
+        if (program && !program->wants_listener()) {
+            auto spec = oci::parse_config(member->rest);
+            if (spec && !(spec->linux && spec->linux->seccomp) && oci::validate(*spec)) {
+                trace::mark("create: config parsed");
+                log::debug("seccomp: the profile's program is cached; the profile is not parsed");
+                c.spec = std::move(*spec);
+                c.cached_seccomp = std::move(*program);
+                return c;
+            }
+            // Anything odd: the whole text is parsed below and reports its own errors.
+        }
+    }
     auto spec = oci::parse_config(c.text);
     trace::mark("create: config parsed");
     if (!spec) return std::unexpected(spec.error().wrap("config.json"));
@@ -198,7 +220,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     trace::mark("create: verb");
     FB_TRY(validate_container_id(opt.id));
     FB_ASSIGN(std::string bundle, absolute_bundle(opt.bundle));
-    FB_ASSIGN(LoadedConfig cfg, load_bundle_config(bundle));
+    FB_ASSIGN(LoadedConfig cfg, load_bundle_config(bundle, store.root()));
     const oci::Spec& spec = cfg.spec;
     bool terminal = spec.process && spec.process->terminal;
     // Without a pty_master to fill, the container detaches from us: runc's rules apply.
@@ -232,10 +254,10 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     // Compiled here, before clone: the child only hands the finished program to the kernel.
     // Through the cache in the state root: compiling the default profile takes milliseconds.
     // The root is made first, so even the first container of a new root fills the cache.
-    std::optional<SeccompProgram> seccomp;
-    if (spec.linux && spec.linux->seccomp) {
+    std::optional<SeccompProgram> seccomp = std::move(cfg.cached_seccomp);
+    if (!seccomp && spec.linux && spec.linux->seccomp) {
         FB_TRY(store.ensure_root());
-        auto program = compile_seccomp_cached(*spec.linux->seccomp, store.root());
+        auto program = compile_seccomp_cached(*spec.linux->seccomp, store.root(), cfg.seccomp_json);
         if (!program) return std::unexpected(program.error().wrap("seccomp"));
         seccomp = std::move(*program);
     }

@@ -30,6 +30,7 @@
 #include "libforkbox/sync.hpp"
 #include "libforkbox/syscalls.hpp"
 #include "libforkbox/terminal.hpp"
+#include "oci/config_text.hpp"
 #include "oci/linux_names.hpp"
 #include "oci/parse.hpp"
 
@@ -207,7 +208,9 @@ Result<int> exec_container(const StateStore& store, const ExecOptions& opt) {
 
     std::optional<SeccompProgram> seccomp;
     if (spec->linux && spec->linux->seccomp) {
-        auto program = compile_seccomp_cached(*spec->linux->seccomp, store.root());
+        auto member = oci::split_seccomp_member(config_text);
+        auto program = compile_seccomp_cached(*spec->linux->seccomp, store.root(),
+                                              member ? member->profile : std::string_view{});
         if (!program) return std::unexpected(program.error().wrap("seccomp"));
         seccomp = std::move(*program);
     }

@@ -130,13 +130,17 @@ void write_entry(int root_fd, const std::string& name, const std::string& data) 
 
 }  // namespace
 
+std::string seccomp_cache_key(std::string_view profile_json, std::string_view environment) {
+    std::string key(environment);
+    key += '\n';
+    key += profile_json;
+    return key;
+}
+
 std::string seccomp_cache_key(const oci::Seccomp& seccomp, std::string_view environment) {
     json::Writer w;
     oci::write_seccomp_json(w, seccomp);
-    std::string key(environment);
-    key += '\n';
-    key += w.str();
-    return key;
+    return seccomp_cache_key(w.str(), environment);
 }
 
 std::string seccomp_cache_file_name(std::string_view key) {
@@ -194,11 +198,22 @@ std::string seccomp_cache_environment() {
     return env;
 }
 
-Result<SeccompProgram> compile_seccomp_cached(const oci::Seccomp& seccomp, const std::string& root) {
+std::optional<SeccompProgram> find_cached_seccomp(std::string_view profile_json, const std::string& root) {
+    unique_fd root_fd(::open(root.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
+    if (!root_fd) return std::nullopt;
+    std::string key = seccomp_cache_key(profile_json, seccomp_cache_environment());
+    auto data = read_entry(root_fd.get(), seccomp_cache_file_name(key));
+    if (!data) return std::nullopt;
+    return decode_seccomp_cache_entry(*data, key);
+}
+
+Result<SeccompProgram> compile_seccomp_cached(const oci::Seccomp& seccomp, const std::string& root,
+                                              std::string_view profile_json) {
     unique_fd root_fd(::open(root.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
     if (!root_fd) return compile_seccomp(seccomp);  // the first container makes the root
 
-    std::string key = seccomp_cache_key(seccomp, seccomp_cache_environment());
+    std::string key = profile_json.empty() ? seccomp_cache_key(seccomp, seccomp_cache_environment())
+                                           : seccomp_cache_key(profile_json, seccomp_cache_environment());
     std::string name = seccomp_cache_file_name(key);
     if (auto data = read_entry(root_fd.get(), name)) {
         if (auto program = decode_seccomp_cache_entry(*data, key)) return std::move(*program);

@@ -24,7 +24,11 @@ namespace forkbox {
 inline constexpr size_t kSeccompCacheEntries = 32;
 
 // Pure pieces, unit-tested.
-// The cache key of a profile; `environment` names the forkbox, libseccomp and kernel.
+// The cache key of a profile given as JSON text: the exact text of config.json's
+// linux.seccomp value when it is known (oci::split_seccomp_member), which lets create find
+// the program without parsing the profile, else the profile written out again.
+// `environment` names the forkbox, libseccomp and kernel.
+std::string seccomp_cache_key(std::string_view profile_json, std::string_view environment);
 std::string seccomp_cache_key(const oci::Seccomp& seccomp, std::string_view environment);
 // ".seccomp=" + 16 hex digits.
 std::string seccomp_cache_file_name(std::string_view key);
@@ -35,8 +39,14 @@ std::optional<SeccompProgram> decode_seccomp_cache_entry(std::string_view data, 
 // This process's environment line for seccomp_cache_key.
 std::string seccomp_cache_environment();
 
-// compile_seccomp, through the cache in `root` (the state root). A root that does not exist
-// yet or cannot be written is not an error: the program is compiled and not cached.
-Result<SeccompProgram> compile_seccomp_cached(const oci::Seccomp& seccomp, const std::string& root);
+// compile_seccomp, through the cache in `root` (the state root), keyed by `profile_json`
+// (the profile's text in config.json; empty: the profile written out). A root that does not
+// exist yet or cannot be written is not an error: the program is compiled and not cached.
+Result<SeccompProgram> compile_seccomp_cached(const oci::Seccomp& seccomp, const std::string& root,
+                                              std::string_view profile_json = {});
+
+// The cached program for a profile's text, without parsing or compiling anything; nullopt
+// on a miss. Entries are only ever written for profiles that parsed, validated and compiled.
+std::optional<SeccompProgram> find_cached_seccomp(std::string_view profile_json, const std::string& root);
 
 }  // namespace forkbox

@@ -146,6 +146,22 @@ TEST(SeccompCache, SecondCompileIsServedFromTheRoot) {
     EXPECT_TRUE(same_bpf(*second, marker));
 }
 
+TEST(SeccompCache, EntriesKeyedByTheProfilesTextAreFoundWithoutParsing) {
+    TempRoot root;
+    const std::string text = R"({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["mount"], "action": "SCMP_ACT_ERRNO"}]})";
+    EXPECT_FALSE(find_cached_seccomp(text, root.path()));
+    auto compiled = compile_seccomp_cached(small_profile(), root.path(), text);
+    ASSERT_TRUE(compiled) << compiled.error().what();
+    auto found = find_cached_seccomp(text, root.path());
+    ASSERT_TRUE(found);
+    EXPECT_TRUE(same_bpf(*found, *compiled));
+    // Another text, even of the same profile, is another key; a root that is not there, none.
+    EXPECT_FALSE(find_cached_seccomp(text + " ", root.path()));
+    EXPECT_FALSE(find_cached_seccomp(text, "/nonexistent/forkbox-root"));
+    EXPECT_EQ(seccomp_cache_key(small_profile(), "env"),
+              seccomp_cache_key(std::string_view(seccomp_cache_key(small_profile(), "").substr(1)), "env"));
+}
+
 TEST(SeccompCache, ACorruptEntryIsRecompiledAndReplaced) {
     TempRoot root;
     auto fresh = compile_seccomp(small_profile());

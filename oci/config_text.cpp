@@ -1,0 +1,155 @@
+#include "oci/config_text.hpp"
+
+#include <vector>
+
+namespace forkbox::oci {
+
+namespace {
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// A cursor over JSON text that skips what it does not need to understand. Values are only
+// delimited, not checked: whatever is kept is parsed for real later, and a cut-out profile
+// is used only when its text equals one that was parsed and compiled before.
+class Scanner {
+public:
+    explicit Scanner(std::string_view text) : t_(text) {}
+
+    size_t pos() const { return i_; }
+    bool at_end() {
+        skip_space();
+        return i_ == t_.size();
+    }
+    bool take(char c) {
+        skip_space();
+        if (i_ < t_.size() && t_[i_] == c) {
+            ++i_;
+            return true;
+        }
+        return false;
+    }
+    bool peek(char c) {
+        skip_space();
+        return i_ < t_.size() && t_[i_] == c;
+    }
+    // A string's raw contents (between the quotes); `escaped` when it holds a backslash.
+    bool string(std::string_view& raw, bool& escaped) {
+        skip_space();
+        if (i_ >= t_.size() || t_[i_] != '"') return false;
+        size_t start = ++i_;
+        escaped = false;
+        while (i_ < t_.size() && t_[i_] != '"') {
+            if (t_[i_] == '\\') {
+                escaped = true;
+                ++i_;
+            }
+            ++i_;
+        }
+        if (i_ >= t_.size()) return false;
+        raw = t_.substr(start, i_ - start);
+        ++i_;
+        return true;
+    }
+    // Any value; [start, end) of its text.
+    bool value(size_t& start, size_t& end) {
+        skip_space();
+        start = i_;
+        if (i_ >= t_.size()) return false;
+        std::string_view ignored;
+        bool escaped;
+        if (t_[i_] == '"') {
+            if (!string(ignored, escaped)) return false;
+        } else if (t_[i_] == '{' || t_[i_] == '[') {
+            int depth = 0;
+            do {
+                if (i_ >= t_.size()) return false;
+                char c = t_[i_];
+                if (c == '"') {
+                    if (!string(ignored, escaped)) return false;
+                    continue;
+                }
+                if (c == '{' || c == '[') ++depth;
+                if (c == '}' || c == ']') --depth;
+                ++i_;
+            } while (depth > 0);
+        } else {  // a number or a literal
+            while (i_ < t_.size() && !ends_word(t_[i_])) ++i_;
+        }
+        end = i_;
+        return end > start;
+    }
+
+private:
+    static bool ends_word(char c) { return c == ',' || c == '}' || c == ']' || is_space(c); }
+    void skip_space() {
+        while (i_ < t_.size() && is_space(t_[i_])) ++i_;
+    }
+    std::string_view t_;
+    size_t i_ = 0;
+};
+
+// An object's members, from its '{' to its '}': calls on_member(key, key_start, value
+// start, value end) for each. False when a key has an escape or repeats, or on bad text.
+template <class OnMember>
+bool members(Scanner& s, OnMember on_member) {
+    if (!s.take('{')) return false;
+    std::vector<std::string_view> seen;
+    if (s.take('}')) return true;
+    do {
+        if (!s.peek('"')) return false;
+        size_t key_start = s.pos();
+        std::string_view key;
+        bool escaped;
+        if (!s.string(key, escaped) || escaped) return false;
+        for (auto k : seen)
+            if (k == key) return false;
+        seen.push_back(key);
+        if (!s.take(':')) return false;
+        size_t start, end;
+        if (!on_member(key, key_start, start, end)) return false;
+    } while (s.take(','));
+    return s.take('}');
+}
+
+}  // namespace
+
+std::optional<SeccompMember> split_seccomp_member(std::string_view config) {
+    Scanner s(config);
+    bool found = false;
+    size_t key_start = 0, value_start = 0, value_end = 0;
+    bool ok = members(s, [&](std::string_view key, size_t, size_t& start, size_t& end) {
+        if (key != "linux") return s.value(start, end);
+        if (!s.peek('{')) return s.value(start, end);
+        return members(s, [&](std::string_view inner, size_t inner_key, size_t& vs, size_t& ve) {
+            if (!s.value(vs, ve)) return false;
+            if (inner == "seccomp") {
+                found = true;
+                key_start = inner_key;
+                value_start = vs;
+                value_end = ve;
+            }
+            return true;
+        });
+    });
+    if (!ok || !s.at_end() || !found) return std::nullopt;
+
+    // Cut the member with one comma: the one after it, else the one before it.
+    size_t cut_start = key_start, cut_end = value_end;
+    size_t after = value_end;
+    while (after < config.size() && is_space(config[after])) ++after;
+    if (after < config.size() && config[after] == ',') {
+        cut_end = after + 1;
+    } else {
+        size_t before = key_start;
+        while (before > 0 && config[before - 1] != ',' && config[before - 1] != '{') --before;
+        if (before > 0 && config[before - 1] == ',') cut_start = before - 1;
+    }
+    SeccompMember m;
+    m.profile = config.substr(value_start, value_end - value_start);
+    m.rest.reserve(config.size() - (cut_end - cut_start));
+    m.rest.append(config.substr(0, cut_start));
+    m.rest.append(config.substr(cut_end));
+    return m;
+}
+
+}  // namespace forkbox::oci
