@@ -12,8 +12,10 @@ setup() {
 }
 
 teardown() {
-	fb_teardown
+	# The daemon first: fb_teardown SIGKILLs every forkbox given a --root in the test's
+	# tmpdir, and a SIGKILLed daemon leaves its spare cgroups for the next one to remove.
 	stop_daemon
+	fb_teardown
 	if [[ -n ${HOLDER_PID:-} ]]; then
 		kill -KILL "$HOLDER_PID" 2>/dev/null
 		wait "$HOLDER_PID" 2>/dev/null || true
@@ -373,7 +375,7 @@ spares_of() {
 }
 
 @test "zygote: a rootfs template: init is pid 1 of an empty pid namespace, with the mounts a cold container gets" {
-	set_args /bin/sh -c 'echo "pid $$"; ls /proc | grep -cE "^[0-9]+$"; grep -c "/forkbox/'"$CID"'" /proc/self/cgroup; touch /sys/fs/cgroup/pids/x 2>/dev/null || echo "cgroup read-only"; cut -d" " -f5,6,9 /proc/self/mountinfo | sort'
+	set_args /bin/sh -c 'echo "pid $$"; ls /proc | grep -cE "^[0-9]+$"; grep -c "/forkbox/'"$CID"'" /proc/self/cgroup; touch /sys/fs/cgroup/pids/x 2>/dev/null || echo "cgroup read-only"; cut -d" " -f5,6,9 /proc/self/mountinfo | sort; grep -E " - cgroup2? " /proc/self/mountinfo | cut -d" " -f4,5 | sort'
 	runtime run --bundle "$BUNDLE" "$CID" >"$BATS_TEST_TMPDIR/cold" 2>&1
 	start_daemon --pool 1 --warm "$BUNDLE"
 	wait_full
@@ -384,8 +386,32 @@ spares_of() {
 	# sh, ls and grep: nothing of the host's, nothing of the builder's.
 	assert_line --index 1 "3"
 	assert_line "cgroup read-only"
-	# Same mount points, options and filesystem types (the order of mountinfo aside).
+	# Same mount points, options and filesystem types (the order of mountinfo aside), and
+	# the cgroup mounts show the container's own cgroups (the template bound spares that
+	# were renamed to them).
 	diff "$BATS_TEST_TMPDIR/cold" "$BATS_TEST_TMPDIR/warm" || fail "a rootfs template differs from a cold container"
+	assert_line --regexp "^/forkbox/$CID /sys/fs/cgroup/"
+	refute_line --partial ".zygote-"
+}
+
+@test "zygote: a rootfs template's bound spare cgroups are replaced when the container's cgroup already exists" {
+	[[ -f /sys/fs/cgroup/cpu/cgroup.procs ]] || skip "no cgroup v1 cpu hierarchy on this host"
+	set_args /bin/sh -c 'grep -E " - cgroup2? " /proc/self/mountinfo | cut -d" " -f4,5 | sort'
+	start_daemon --pool 1 --warm "$BUNDLE"
+	wait_full
+	# The spare cannot be renamed onto an existing cgroup in the cpu hierarchy: that one is
+	# used as it is, and the template's bind of the spare must not stay.
+	mkdir -p "/sys/fs/cgroup/cpu/forkbox/$CID"
+	zrun --debug run --bundle "$BUNDLE" "$CID" >"$BATS_TEST_TMPDIR/warm" 2>"$BATS_TEST_TMPDIR/warm.err"
+	local rc=$?
+	rmdir "/sys/fs/cgroup/cpu/forkbox/$CID"
+	assert_equal "$rc" 0
+	grep -q "zygote: warm rootfs with its v1 cgroups bound" "$BATS_TEST_TMPDIR/warm.err" ||
+		fail "no template with bound cgroups: $(cat "$BATS_TEST_TMPDIR/warm.err")"
+	run cat "$BATS_TEST_TMPDIR/warm"
+	assert_line "/forkbox/$CID /sys/fs/cgroup/cpu"
+	assert_line "/forkbox/$CID /sys/fs/cgroup/memory"
+	refute_line --partial ".zygote-"
 }
 
 @test "zygote: a changed config.json is not served a rootfs template built from the old one" {

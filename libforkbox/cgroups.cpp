@@ -158,6 +158,7 @@ Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::st
             for (const auto& d : *dirs) ::rmdir(d.c_str());
         }
     } remove_unused{&unused_spares};
+    p.spare_taken_everywhere_ = !spare.empty();
     for (const auto& h : layout.hierarchies) {
         bool is_cpuset = hierarchy_has(h, "cpuset");
         std::string dir = h.mountpoint;
@@ -171,6 +172,7 @@ Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::st
                 continue;
             }
             unused_spares.push_back(spare_dir);
+            p.spare_taken_everywhere_ = false;
         }
         size_t i = 1;
         while (i <= path.size()) {

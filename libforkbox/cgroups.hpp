@@ -65,6 +65,8 @@ public:
     // O_PATH fd of the v2 directory for clone3(CLONE_INTO_CGROUP), or -1.
     int unified_fd() const { return unified_fd_.get(); }
     void commit() { committed_ = true; }
+    // Whether a zygote spare became the container's cgroup in every v1 hierarchy.
+    bool spare_taken_everywhere() const { return spare_taken_everywhere_; }
 
     // Write-only fds of the v1 hierarchies' `tasks` files, for join_v1_cgroups in the child.
     Result<std::vector<unique_fd>> open_v1_task_files(const CgroupLayout& layout) const;
@@ -78,6 +80,7 @@ private:
     std::vector<std::string> created_;  // parents first
     unique_fd unified_fd_;
     bool committed_ = false;
+    bool spare_taken_everywhere_ = false;
 };
 
 // Moves the calling (single-threaded) process into each cgroup by writing "0" to the `tasks`

@@ -119,7 +119,9 @@ public:
     std::optional<zygote::Template> take() {
         if (!pending_) return std::nullopt;
         auto t = pending_->take();
-        if (t) log::debug(std::string("zygote: warm ") + (t->mount_namespace ? "rootfs" : "namespaces"));
+        if (t)
+            log::debug(std::string("zygote: warm ") + (t->mount_namespace ? "rootfs" : "namespaces") +
+                       (t->v1_cgroups_bound ? " with its v1 cgroups bound" : ""));
         return t;
     }
 
@@ -361,6 +363,8 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     args.intermediate = plan.needs_intermediate() || (warm_flags & CLONE_NEWUSER);
     args.warm_namespaces = warm_flags;
     args.template_mount_ns = template_mount_ns.get();
+    args.template_v1_cgroups_bound = warm_template && warm_template->v1_cgroups_bound;
+    args.template_v1_cgroups_ours = cgroups.spare_taken_everywhere();
     // On the intermediate path the template's namespaces are joined with the others.
     if (args.intermediate)
         for (auto& ns : warm) namespaces.push_back(std::move(ns));

@@ -129,6 +129,8 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
         // A zygote rootfs template: built, pivoted and finalized ahead (hooks of these phases,
         // sysctls and the hostname included, see zygote::rootfs_template_fits). Only the
         // container's cgroups, unknown ahead, are attached here: taken from the host first.
+        ctx.v1_cgroups_premounted = a.template_v1_cgroups_bound && a.template_v1_cgroups_ours;
+        ctx.replace_premounted_v1 = a.template_v1_cgroups_bound && !a.template_v1_cgroups_ours;
         FB_ASSIGN(auto cgroup_trees, clone_cgroup_trees(ctx));
         if (::setns(a.template_mount_ns, CLONE_NEWNS) < 0) return sys_error("join the template's mount namespace");
         ::close(a.template_mount_ns);

@@ -26,6 +26,10 @@ struct InitArgs {
     int console_fd = -1;  // connected console socket when process.terminal
     int warm_namespaces = 0;    // CLONE_NEW* that came ready-made from a zygote template
     int template_mount_ns = -1;  // a zygote rootfs template's mount namespace: joined, not built
+    // Its /sys/fs/cgroup already binds the spare v1 cgroups: they are the container's
+    // (every spare was renamed), or they are to be replaced by the container's own.
+    bool template_v1_cgroups_bound = false;
+    bool template_v1_cgroups_ours = false;
     bool intermediate = false;  // this process joins namespaces and forks init itself
     const SeccompProgram* seccomp = nullptr;  // compiled by the parent; null without linux.seccomp
     int exec_stub_fd = -1;  // make_exec_stub()'s sealed memfd: the final exec goes through it

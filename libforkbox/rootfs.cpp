@@ -289,12 +289,19 @@ Result<void> mount_cgroups(const RootfsContext& ctx, int root_fd, const MountSte
     const auto& layout = ctx.cgroup_layout;
     if (layout.mode == CgroupMode::None) return {};
     if (ctx.defer_cgroup_trees) {
-        // A template: the mount points now, the container's own cgroups later.
+        // A template: the mount points now, the container's own cgroups later, except the
+        // spare v1 cgroups the builder was given, bound now.
         FB_ASSIGN(unique_fd target, create_in_root(root_fd, m.destination, false));
         if (layout.mode == CgroupMode::V2) return {};
         FB_TRY(mount_on_fd("tmpfs", target.get(), "tmpfs", rw_flags, "mode=755", "tmpfs on " + m.destination));
-        for (const auto& h : layout.hierarchies)
-            FB_TRY(create_in_root(root_fd, m.destination + "/" + basename_of(h.mountpoint), false));
+        for (size_t i = 0; i < layout.hierarchies.size(); ++i) {
+            std::string dest = m.destination + "/" + basename_of(layout.hierarchies[i].mountpoint);
+            FB_ASSIGN(unique_fd point, create_in_root(root_fd, dest, false));
+            if (i < ctx.premount_cgroup_dirs.size() && !ctx.premount_cgroup_dirs[i].empty()) {
+                const std::string& dir = ctx.premount_cgroup_dirs[i];
+                FB_TRY(mount_on_fd(dir.c_str(), point.get(), nullptr, MS_BIND | MS_REC, nullptr, dir + " on " + dest));
+            }
+        }
         return {};
     }
 
@@ -544,6 +551,10 @@ Result<std::vector<unique_fd>> clone_cgroup_trees(const RootfsContext& ctx) {
     if (!wanted || layout.mode == CgroupMode::None) return trees;
     for (size_t i = 0; i < layout.hierarchies.size(); ++i) {
         if (i >= ctx.cgroup_dirs.size()) return fail(EINVAL, "no cgroup directory for " + layout.hierarchies[i].mountpoint);
+        if (ctx.v1_cgroups_premounted && !layout.hierarchies[i].unified) {
+            trees.emplace_back();  // bound by the template already
+            continue;
+        }
         FB_ASSIGN(unique_fd tree, clone_tree(AT_FDCWD, ctx.cgroup_dirs[i].c_str(), true, ctx.cgroup_dirs[i]));
         trees.push_back(std::move(tree));
         if (layout.mode == CgroupMode::V2) break;
@@ -564,7 +575,14 @@ Result<void> attach_cgroup_trees(const RootfsContext& ctx, std::vector<unique_fd
             FB_TRY(attach_tree(trees[0].get(), dest.get(), "cgroup on " + m.destination));
         } else {
             for (size_t i = 0; i < layout.hierarchies.size() && i < trees.size(); ++i) {
+                if (!trees[i]) continue;  // the template's bind is the container's cgroup
                 std::string dest_path = m.destination + "/" + basename_of(layout.hierarchies[i].mountpoint);
+                if (ctx.replace_premounted_v1 && !layout.hierarchies[i].unified) {
+                    // The template bound a spare this container did not take.
+                    FB_ASSIGN(unique_fd stale, open_in_root(root.get(), dest_path));
+                    if (::umount2(fd_path(stale.get()).c_str(), MNT_DETACH) < 0)
+                        return sys_error("unmount the template's cgroup on " + dest_path);
+                }
                 FB_ASSIGN(unique_fd dest, open_in_root(root.get(), dest_path));
                 FB_TRY(attach_tree(trees[i].get(), dest.get(), "cgroup on " + dest_path));
             }

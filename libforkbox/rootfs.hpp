@@ -22,11 +22,20 @@ struct RootfsContext {
     // will be) in the container's pid namespace:
     int proc_pidns_fd = -1;           // procfs shows this pid namespace (pidns=), not the mounter's
     bool defer_cgroup_trees = false;  // cgroup mounts get their mount points only (attach_cgroup_trees)
+    // With defer_cgroup_trees: per hierarchy, a directory to bind now instead ("" for none).
+    // The builder binds the template's spare v1 cgroups, which the client then renames to
+    // the container's own: a bind follows its directory through a rename.
+    std::vector<std::string> premount_cgroup_dirs = {};
+    // In init, joining a template whose v1 cgroup trees were bound ahead: whether those
+    // binds are the container's cgroups (every spare renamed), else they are replaced.
+    bool v1_cgroups_premounted = false;
+    bool replace_premounted_v1 = false;
     bool mount_by_fd = false;         // after pivot_root there is no /proc/self of ours: new mount API
 };
 
 // The container's cgroup directories as detached mount trees (open_tree), one per hierarchy,
-// taken in the host's mount namespace for attach_cgroup_trees.
+// taken in the host's mount namespace for attach_cgroup_trees (none for v1 hierarchies a
+// template bound ahead, unless they are to be replaced).
 Result<std::vector<unique_fd>> clone_cgroup_trees(const RootfsContext& ctx);
 
 // In the template's mount namespace (after setns): the cgroup mounts a template left for

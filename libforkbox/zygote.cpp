@@ -245,6 +245,7 @@ std::string encode_reply(const Reply& r) {
     std::string out = "ok " + std::to_string(r.key);
     if (!r.spare.empty()) out += " " + r.spare;
     if (r.rootfs) out += " rootfs";
+    if (r.rootfs && r.v1_cgroups_bound) out += " cgroups";
     return out;
 }
 
@@ -260,6 +261,8 @@ Result<Reply> decode_reply(std::string_view text) {
         std::string_view word = rest.substr(0, space);
         if (word == "rootfs" && !r.rootfs) {
             r.rootfs = true;
+        } else if (word == "cgroups" && r.rootfs && !r.v1_cgroups_bound && !r.spare.empty()) {
+            r.v1_cgroups_bound = true;
         } else if (valid_spare_name(word) && r.spare.empty() && !r.rootfs) {
             r.spare = std::string(word);
         } else {
@@ -297,6 +300,7 @@ std::optional<Template> PendingTemplate::take() {
             return fail(EPROTO, "unexpected reply from the zygote daemon: " + reply);
         Template out;
         out.spare_cgroup = decoded.spare;
+        out.v1_cgroups_bound = decoded.v1_cgroups_bound;
         size_t next = 0;
         for (int flag : kTemplateOrder) {
             if (!(key & flag)) continue;

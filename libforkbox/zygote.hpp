@@ -24,7 +24,7 @@
 //
 // Protocol: one SOCK_SEQPACKET connection per request, one message each way.
 //   client: "take <key> <cgroup parent>[ userns <id maps>][ rootfs <fingerprint> <bundle>]"
-//                          daemon: "ok <key>[ <spare cgroup name>][ rootfs]" with one nsfs fd
+//                          daemon: "ok <key>[ <spare cgroup name>][ rootfs[ cgroups]]" with one nsfs fd
 //                                  per namespace in the key (SCM_RIGHTS, in kTemplateOrder),
 //                                  then, for a rootfs template, the mount namespace and the
 //                                  pid namespace for children; or "none". A rootfs request
@@ -109,6 +109,7 @@ struct Reply {
     int key = 0;
     std::string spare;  // "" when the template has no spare cgroups
     bool rootfs = false;
+    bool v1_cgroups_bound = false;  // a rootfs template with its spare v1 cgroups bound in
 };
 std::string encode_reply(const Reply& r);
 Result<Reply> decode_reply(std::string_view text);
@@ -118,6 +119,8 @@ struct Template {
     std::string spare_cgroup;  // a name under the cgroup parent, or ""
     unique_fd mount_namespace;  // a rootfs template's; else empty
     unique_fd pid_namespace;    // the pid namespace its /proc shows (init enters it as pid 1)
+    // Its /sys/fs/cgroup binds the spare v1 cgroups: they are the container's once renamed.
+    bool v1_cgroups_bound = false;
 };
 
 // Client side: a take request sent and its reply not read yet, so the daemon answers while

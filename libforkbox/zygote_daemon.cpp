@@ -92,6 +92,7 @@ struct Template {
     std::vector<unique_fd> fds;  // the key's namespaces in kTemplateOrder; then mount and pid (rootfs)
     SpareCgroup spare;
     bool rootfs = false;
+    bool v1_cgroups_bound = false;  // its rootfs has the spare v1 cgroups bound in
 };
 
 // A kind of container: its template key, cgroup parent, the id maps of its user namespace
@@ -145,10 +146,30 @@ Result<const RootfsRecipe*> recipe_for(std::map<std::string, RootfsRecipe>& reci
     return &recipes.emplace(id, std::move(recipe)).first->second;
 }
 
+// The spare cgroup of each v1 hierarchy, in layout order ("" for v2); empty unless every
+// v1 hierarchy has one.
+std::vector<std::string> spare_binds(const CgroupLayout& layout, const std::vector<std::string>& spares) {
+    std::vector<std::string> binds;
+    for (const auto& h : layout.hierarchies) {
+        if (h.unified) {
+            binds.emplace_back();
+            continue;
+        }
+        auto it = std::find_if(spares.begin(), spares.end(),
+                               [&](const std::string& s) { return s.starts_with(h.mountpoint + "/"); });
+        if (it == spares.end()) return {};
+        binds.push_back(*it);
+    }
+    return binds;
+}
+
 // A rootfs template, in namespaces the builder has just unshared: a mount namespace with the
 // rootfs built and pivoted into, /proc for a fresh, empty pid namespace. Returns the mount
 // and pid namespace fds; the builder is back in its own mount and pid namespaces either way.
-Result<std::vector<unique_fd>> build_rootfs(const RootfsRecipe& recipe, int home_mnt, int home_pid) {
+// When the template's spare cgroups exist in every v1 hierarchy they are bound in already
+// (v1_cgroups_bound): the client renames them to the container's own.
+Result<std::vector<unique_fd>> build_rootfs(const RootfsRecipe& recipe, const std::vector<std::string>& spares,
+                                            bool& v1_cgroups_bound, int home_mnt, int home_pid) {
     trace::mark("builder: rootfs");
     const Plan& plan = recipe.plan;
     const CgroupLayout& layout = recipe.layout;
@@ -171,6 +192,8 @@ Result<std::vector<unique_fd>> build_rootfs(const RootfsRecipe& recipe, int home
         RootfsContext ctx{plan, layout, no_cgroup_dirs};
         ctx.proc_pidns_fd = out.back().get();
         ctx.defer_cgroup_trees = true;
+        ctx.premount_cgroup_dirs = spare_binds(layout, spares);
+        v1_cgroups_bound = !ctx.premount_cgroup_dirs.empty();
         FB_TRY(prepare_rootfs(ctx));
         trace::mark("builder: mounts done");
         FB_TRY(enter_rootfs(plan.rootfs, false));
@@ -280,6 +303,7 @@ Result<std::vector<unique_fd>> build_in_user_namespace(int key, const IdMaps& ma
         size_t nl = req.find('\n');
         int key = std::atoi(std::string(req.substr(0, nl)).c_str());
         std::string fingerprint, bundle, id_maps;
+        std::vector<std::string> spares;  // the spare cgroups made for this template
         while (nl != std::string_view::npos && nl + 2 < req.size()) {
             size_t next = req.find('\n', nl + 1);
             std::string_view line = req.substr(nl + 1, next == std::string_view::npos ? std::string_view::npos : next - nl - 1);
@@ -295,12 +319,16 @@ Result<std::vector<unique_fd>> build_in_user_namespace(int key, const IdMaps& ma
                 bundle = space == std::string_view::npos ? "" : std::string(line.substr(space + 1));
             } else {
                 std::string dir(line.substr(1));
-                if (::mkdir(dir.c_str(), 0755) == 0 && line[0] == 'c') (void)inherit_cpuset(dir);
+                if (::mkdir(dir.c_str(), 0755) == 0) {
+                    if (line[0] == 'c') (void)inherit_cpuset(dir);
+                    spares.push_back(std::move(dir));
+                }
             }
             nl = next;
         }
         std::vector<unique_fd> fds;
         std::string note;
+        bool v1_cgroups_bound = false;
         bool ok = key != 0;
         if (ok && (key & CLONE_NEWUSER)) {
             auto maps = decode_id_maps(id_maps);
@@ -323,7 +351,7 @@ Result<std::vector<unique_fd>> build_in_user_namespace(int key, const IdMaps& ma
         }
         if (ok && !fingerprint.empty()) {
             auto recipe = recipe_for(recipes, fingerprint, bundle);
-            auto rootfs = recipe ? build_rootfs(**recipe, home_mnt, home_pid)
+            auto rootfs = recipe ? build_rootfs(**recipe, spares, v1_cgroups_bound, home_mnt, home_pid)
                                  : Result<std::vector<unique_fd>>(std::unexpected(recipe.error()));
             if (rootfs) {
                 for (auto& f : *rootfs) fds.push_back(std::move(f));
@@ -335,7 +363,7 @@ Result<std::vector<unique_fd>> build_in_user_namespace(int key, const IdMaps& ma
         std::vector<int> raw;
         for (const auto& f : fds) raw.push_back(f.get());
         if (!ok) raw.clear();
-        std::string reply = ok ? "1" : "0" + note;
+        std::string reply = ok ? (v1_cgroups_bound ? "1c" : "1") : "0" + note;
         if (!send_with_fds(3, reply, raw, "builder reply")) _exit(1);
     }
 }
@@ -471,7 +499,14 @@ void Daemon::start_builder(const PoolKey& key) {
 // Forgets the builder and what it was asked (its spare cgroups go); the next refill starts
 // a new one.
 void Daemon::stop_builder() {
-    if (builder_pid_ > 0) ::kill(builder_pid_, SIGKILL);  // reaped on SIGCHLD
+    if (builder_pid_ > 0) {
+        // Dead before its requests' spare cgroups go: a builder still inside mkdir would
+        // make one after our rmdir. SIGKILL ends it promptly; ECHILD: reaped already.
+        ::kill(builder_pid_, SIGKILL);
+        int status;
+        while (::waitpid(builder_pid_, &status, 0) < 0 && errno == EINTR) {
+        }
+    }
     builder_pid_ = -1;
     builder_.reset();
     for (auto& p : pending_) --pools_[p.key].building;
@@ -524,7 +559,8 @@ void Daemon::finish_builder() {
     Template t;
     t.spare = std::move(b.spare);  // removed with t unless it reaches the pool
     size_t want = static_cast<size_t>(namespace_count(b.key.key)) + (b.key.rootfs.empty() ? 0 : 2);
-    if (*reply != "1" || fds.size() != want) {
+    bool ok = *reply == "1" || *reply == "1c";
+    if (!ok || fds.size() != want) {
         std::string why = reply->size() > 1 ? ": " + reply->substr(1) : "";
         if (!b.key.rootfs.empty()) {
             // Not buildable here (an old kernel, a config that changed): stop trying; clients
@@ -538,6 +574,7 @@ void Daemon::finish_builder() {
     }
     t.fds = std::move(fds);
     t.rootfs = !b.key.rootfs.empty();
+    t.v1_cgroups_bound = t.rootfs && *reply == "1c";
     pool.ready.push_back(std::move(t));
 }
 
@@ -622,7 +659,7 @@ void Daemon::serve(int conn) {
     }
     Template t = std::move(pool->ready.front());
     pool->ready.pop_front();
-    std::string reply = encode_reply({req->key, t.spare.name(), t.rootfs});
+    std::string reply = encode_reply({req->key, t.spare.name(), t.rootfs, t.v1_cgroups_bound});
     std::vector<int> fds;
     for (const auto& f : t.fds) fds.push_back(f.get());
     if (send_with_fds(conn, reply, fds, "send a template")) {
