@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "libforkbox/fd.hpp"
+#include "libforkbox/seccomp_compact.hpp"
 
 namespace forkbox {
 
@@ -263,7 +264,7 @@ Result<std::vector<sock_filter>> export_bpf(scmp_filter_ctx ctx) {
 
 }  // namespace
 
-Result<SeccompProgram> compile_seccomp(const oci::Seccomp& sc) {
+Result<SeccompProgram> compile_seccomp(const oci::Seccomp& sc, SeccompLayout layout) {
     FB_ASSIGN(SeccompPlan plan, plan_seccomp(sc));
 
     FilterContext filter(plan.default_action);
@@ -308,6 +309,7 @@ Result<SeccompProgram> compile_seccomp(const oci::Seccomp& sc) {
 
     SeccompProgram program;
     FB_ASSIGN(program.bpf, export_bpf(ctx));
+    if (layout == SeccompLayout::Compact) program.bpf = compact_seccomp_program(program.bpf);
     // The kernel rejects longer programs with a bare EINVAL at load time, in the child.
     if (program.bpf.size() > BPF_MAXINSNS)
         return fail(E2BIG, "filter has " + std::to_string(program.bpf.size()) +

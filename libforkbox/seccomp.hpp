@@ -61,8 +61,13 @@ struct SeccompProgram {
     bool wants_listener() const { return (flags & SECCOMP_FILTER_FLAG_NEW_LISTENER) != 0; }
 };
 
+// What compile_seccomp hands on: libseccomp's program made shorter by
+// compact_seccomp_program (the kernel loads it faster), or as libseccomp exported it.
+enum class SeccompLayout { Compact, Exported };
+
 // Runs in the parent (create), before clone: plan, build a libseccomp filter and export it.
-Result<SeccompProgram> compile_seccomp(const oci::Seccomp& seccomp);
+Result<SeccompProgram> compile_seccomp(const oci::Seccomp& seccomp,
+                                       SeccompLayout layout = SeccompLayout::Compact);
 
 // Runs in the container's init: installs the program. Allocates nothing unless it fails.
 // Without no_new_privs the caller needs CAP_SYS_ADMIN (in its user namespace).
