@@ -251,18 +251,6 @@ Result<std::vector<unique_fd>> CgroupPlacement::open_v1_task_files(const CgroupL
     return fds;
 }
 
-Result<void> CgroupPlacement::place_in_v1(const CgroupLayout& layout, pid_t pid) const {
-    std::string text = std::to_string(pid);
-    for (size_t i = 0; i < layout.hierarchies.size() && i < dirs_.size(); ++i) {
-        if (layout.hierarchies[i].unified) continue;
-        std::string path = dirs_[i] + "/tasks";
-        unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-        if (!fd) return sys_error("open " + path);
-        if (::write(fd.get(), text.data(), text.size()) < 0) return sys_error("move init into " + dirs_[i]);
-    }
-    return {};
-}
-
 Result<void> join_v1_cgroups(const std::vector<int>& task_fds) {
     for (int fd : task_fds) {
         if (::write(fd, "0", 1) < 0) return sys_error("join cgroup");

@@ -70,8 +70,6 @@ public:
 
     // Write-only fds of the v1 hierarchies' `tasks` files, for join_v1_cgroups in the child.
     Result<std::vector<unique_fd>> open_v1_task_files(const CgroupLayout& layout) const;
-    // Moves process `pid` into the v1 cgroups (cgroup v2: clone3 placed it).
-    Result<void> place_in_v1(const CgroupLayout& layout, pid_t pid) const;
 
     friend Result<CgroupPlacement> create_cgroups(const CgroupLayout&, const std::string&, const std::string&);
 

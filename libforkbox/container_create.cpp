@@ -7,7 +7,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <optional>
 
 #include "libforkbox/cgroup_resources.hpp"
@@ -169,11 +168,9 @@ int activation_fds() {
 // Drives init from Go to Ready. Returns init's pid (the clone child, or the grandchild the
 // intermediate process forked).
 Result<pid_t> drive_init(pid_t child, bool intermediate, int sync_fd, const Plan& plan, ContainerState& state,
-                         std::optional<ChildGuard>& init_guard, const oci::Seccomp* seccomp,
-                         const std::function<Result<void>()>& while_init_works) {
+                         std::optional<ChildGuard>& init_guard, const oci::Seccomp* seccomp) {
     state.pid = child;
     FB_TRY(sync_send(sync_fd, SyncType::Go, 0, hook_state_json(state, "created")));
-    FB_TRY(while_init_works());
     pid_t init_pid = intermediate ? 0 : child;
     for (;;) {
         auto msg = sync_recv(sync_fd);
@@ -337,18 +334,8 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     args.plan = &plan;
     args.cgroup_layout = &layout;
     args.cgroup_dirs = cgroups.dirs();
-    // cgroup v1 placement costs ~15 us per hierarchy. Done by us while init works, unless
-    // something forks in the container before Ready (an intermediate, createContainer
-    // hooks) or init makes a cgroup namespace (rooted where init is at that moment): then
-    // init joins them itself before anything else. Either way init is in its cgroups
-    // before create returns, so before its execve.
-    bool place_init_ourselves = !args.intermediate && plan.hooks.create_container.empty() &&
-                                !(plan.new_namespaces & CLONE_NEWCGROUP);
-    std::vector<unique_fd> task_files;
-    if (!place_init_ourselves) {
-        FB_ASSIGN(task_files, cgroups.open_v1_task_files(layout));
-        for (const auto& fd : task_files) args.cgroup_task_fds.push_back(fd.get());
-    }
+    FB_ASSIGN(std::vector<unique_fd> task_files, cgroups.open_v1_task_files(layout));
+    for (const auto& fd : task_files) args.cgroup_task_fds.push_back(fd.get());
     args.namespaces = &namespaces;
     args.sync_fd = child_end.get();
     args.state_dir_fd = dir.fd();
@@ -404,14 +391,8 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     // hierarchies itself through these fds (see join_v1_cgroups).
     task_files.clear();
     trace::mark("create: go");
-    auto place_init = [&]() -> Result<void> {
-        if (!place_init_ourselves) return {};
-        FB_TRY(cgroups.place_in_v1(layout, child));
-        trace::mark("create: init placed");
-        return {};
-    };
     auto init_pid = drive_init(child, args.intermediate, parent_end.get(), plan, state, init_guard,
-                               spec.linux && spec.linux->seccomp ? &*spec.linux->seccomp : nullptr, place_init);
+                               spec.linux && spec.linux->seccomp ? &*spec.linux->seccomp : nullptr);
     if (!init_pid) {
         // Runtime-spec: a failed create-phase hook stops the container and the lifecycle
         // continues with delete, which runs the poststop hooks.
