@@ -696,6 +696,19 @@ assert_no_cgroup() {
 	assert_success
 }
 
+@test "the default device rules are runc's: the six basic devices, tty and the ptys, no /dev/console (5:1)" {
+	[ -d /sys/fs/cgroup/devices ] || skip "no cgroup v1 devices hierarchy"
+	local cg=/$CID-cg
+	update_config '.linux.cgroupsPath = $p | .linux.resources.devices = [{"allow": false, "access": "rwm"}]' --arg p "$cg"
+	set_args /bin/fbhelper sleep 100
+	create_container "$CID" || fail "create: $(container_err "$CID")"
+	# runc 1.1 also allows tun (c 10:200), which runc 1.2 dropped and forkbox never allowed.
+	run sh -c "grep -v '^c 10:200 rwm\$' /sys/fs/cgroup/devices$cg/devices.list | sort"
+	assert_output "$(printf '%s\n' 'b *:* m' 'c *:* m' 'c 1:3 rwm' 'c 1:5 rwm' 'c 1:7 rwm' 'c 1:8 rwm' 'c 1:9 rwm' \
+		'c 136:* rwm' 'c 5:0 rwm' 'c 5:2 rwm' | sort)"
+	is_runc || run ! grep -q '^c 10:200' "/sys/fs/cgroup/devices$cg/devices.list"
+}
+
 @test "a limit the host has no controller for fails create and leaves no cgroup" {
 	grep -qw net_cls /proc/self/mountinfo && skip "this host has a net_cls controller"
 	local cg=/$CID-cg

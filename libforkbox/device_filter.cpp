@@ -70,6 +70,8 @@ std::vector<bpf_insn> exception_block(const DeviceException& ex, bool default_al
 
 }  // namespace
 
+// runc's list: /dev/console (c 5:1) is not in it, since a container's console is a pty
+// (136:*); nor is tun (c 10:200), which runc 1.1 allowed and 1.2 dropped.
 const std::vector<oci::DeviceRule>& default_device_rules() {
     static const std::vector<oci::DeviceRule> rules = {
         allow("c", std::nullopt, std::nullopt, "m"),  // mknod of any device
@@ -80,7 +82,6 @@ const std::vector<oci::DeviceRule>& default_device_rules() {
         allow("c", 5, 0, "rwm"),                      // /dev/tty
         allow("c", 1, 5, "rwm"),                      // /dev/zero
         allow("c", 1, 9, "rwm"),                      // /dev/urandom
-        allow("c", 5, 1, "rwm"),                      // /dev/console
         allow("c", 136, std::nullopt, "rwm"),         // /dev/pts/*
         allow("c", 5, 2, "rwm"),                      // /dev/ptmx
     };

@@ -231,8 +231,10 @@ TEST(DeviceFilterBehaviour, WildcardsMatchAnyNumberAndTypesAreExact) {
 
 TEST(DeviceFilterBehaviour, DefaultDevicesStayUsableAfterADenyAll) {
     auto p = program(effective_device_rules({deny_all()}, {}));
-    for (auto [major, minor] : {std::pair{1, 3}, {1, 5}, {1, 7}, {1, 8}, {1, 9}, {5, 0}, {5, 1}, {5, 2}, {136, 4}})
+    for (auto [major, minor] : {std::pair{1, 3}, {1, 5}, {1, 7}, {1, 8}, {1, 9}, {5, 0}, {5, 2}, {136, 4}})
         EXPECT_EQ(run(p, C, R | W, major, minor), 1) << major << ":" << minor;
+    // runc's list: no /dev/console (the console is a pty) and no tun.
+    EXPECT_EQ(run(p, C, R | W, 5, 1), 0);
     EXPECT_EQ(run(p, C, M, 10, 200), 1);  // mknod of anything
     EXPECT_EQ(run(p, B, M, 8, 0), 1);
     EXPECT_EQ(run(p, C, R, 10, 200), 0);
