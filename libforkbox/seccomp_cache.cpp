@@ -1,6 +1,8 @@
 #include "libforkbox/seccomp_cache.hpp"
 
 #include <dirent.h>
+#include <elf.h>
+#include <link.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -39,13 +41,53 @@ struct EntryHeader {
     uint32_t reserved;
 };
 
-uint64_t fnv1a64(std::string_view s) {
+// Names a cache file (a hit still compares the whole key): FNV-1a's constants, eight
+// bytes a step, which a Docker-sized profile's 14 KiB key needs to be cheap on every create.
+uint64_t key_hash(std::string_view s) {
     uint64_t h = 14695981039346656037ull;
-    for (unsigned char c : s) {
-        h ^= c;
-        h *= 1099511628211ull;
+    size_t i = 0;
+    for (; i + 8 <= s.size(); i += 8) {
+        uint64_t word;
+        std::memcpy(&word, s.data() + i, 8);
+        h = (h ^ word) * 1099511628211ull;
+        h ^= h >> 29;
     }
+    for (; i < s.size(); ++i) h = (h ^ static_cast<unsigned char>(s[i])) * 1099511628211ull;
     return h;
+}
+
+// The forkbox binary's GNU build ID, read from its own program headers: no syscall.
+std::string build_id() {
+    std::string id;
+    dl_iterate_phdr(
+        [](dl_phdr_info* info, size_t, void* out) -> int {
+            for (int i = 0; i < info->dlpi_phnum; ++i) {
+                const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+                if (ph.p_type != PT_NOTE) continue;
+                auto* p = reinterpret_cast<const unsigned char*>(info->dlpi_addr + ph.p_vaddr);
+                const unsigned char* end = p + ph.p_memsz;
+                while (p + sizeof(ElfW(Nhdr)) <= end) {
+                    ElfW(Nhdr) n;
+                    std::memcpy(&n, p, sizeof n);
+                    const unsigned char* name = p + sizeof n;
+                    const unsigned char* desc = name + ((n.n_namesz + 3) & ~3u);
+                    if (desc + n.n_descsz > end) break;
+                    if (n.n_type == NT_GNU_BUILD_ID && n.n_namesz == 4 && std::memcmp(name, "GNU", 4) == 0) {
+                        static const char hex[] = "0123456789abcdef";
+                        auto* s = static_cast<std::string*>(out);
+                        for (size_t k = 0; k < n.n_descsz; ++k) {
+                            *s += hex[desc[k] >> 4];
+                            *s += hex[desc[k] & 0xf];
+                        }
+                        return 1;
+                    }
+                    p = desc + ((n.n_descsz + 3) & ~3u);
+                }
+            }
+            return 1;  // the first object is the program itself
+        },
+        &id);
+    return id;
 }
 
 std::optional<std::string> read_entry(int root_fd, const std::string& name) {
@@ -145,7 +187,7 @@ std::string seccomp_cache_key(const oci::Seccomp& seccomp, std::string_view envi
 
 std::string seccomp_cache_file_name(std::string_view key) {
     static const char digits[] = "0123456789abcdef";
-    uint64_t h = fnv1a64(key);
+    uint64_t h = key_hash(key);
     std::string name(kFilePrefix);
     for (int shift = 60; shift >= 0; shift -= 4) name += digits[(h >> shift) & 0xf];
     return name;
@@ -184,12 +226,15 @@ std::optional<SeccompProgram> decode_seccomp_cache_entry(std::string_view data, 
 std::string seccomp_cache_environment() {
     std::string env = "forkbox " FORKBOX_VERSION " " FORKBOX_COMMIT;
     // The binary itself: a rebuilt or upgraded forkbox may translate profiles differently,
-    // and an incremental build does not refresh FORKBOX_COMMIT in every object.
-    struct stat exe;
-    if (::stat("/proc/self/exe", &exe) == 0)
+    // and an incremental build does not refresh FORKBOX_COMMIT in every object. Its build
+    // ID changes with every link; without one, the file's identity.
+    if (std::string id = build_id(); !id.empty()) {
+        env += " build " + id;
+    } else if (struct stat exe; ::stat("/proc/self/exe", &exe) == 0) {
         env += " exe " + std::to_string(exe.st_dev) + ":" + std::to_string(exe.st_ino) + ":" +
                std::to_string(exe.st_size) + ":" + std::to_string(exe.st_mtim.tv_sec) + "." +
                std::to_string(exe.st_mtim.tv_nsec);
+    }
     if (const scmp_version* v = seccomp_version())
         env += "; libseccomp " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
                std::to_string(v->micro);

@@ -162,6 +162,16 @@ TEST(SeccompCache, EntriesKeyedByTheProfilesTextAreFoundWithoutParsing) {
               seccomp_cache_key(std::string_view(seccomp_cache_key(small_profile(), "").substr(1)), "env"));
 }
 
+TEST(SeccompCache, TheEnvironmentNamesThisBuildOfTheBinary) {
+    std::string env = seccomp_cache_environment();
+    auto at = env.find(" build ");
+    ASSERT_NE(at, std::string::npos) << env;  // gcc links a GNU build ID by default
+    std::string id = env.substr(at + 7, env.find(';', at) - at - 7);
+    EXPECT_GE(id.size(), 16u) << env;
+    EXPECT_EQ(id.find_first_not_of("0123456789abcdef"), std::string::npos) << env;
+    EXPECT_EQ(env, seccomp_cache_environment());
+}
+
 TEST(SeccompCache, ACorruptEntryIsRecompiledAndReplaced) {
     TempRoot root;
     auto fresh = compile_seccomp(small_profile());
