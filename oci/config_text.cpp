@@ -1,5 +1,6 @@
 #include "oci/config_text.hpp"
 
+#include <cstring>
 #include <vector>
 
 namespace forkbox::oci {
@@ -55,23 +56,25 @@ public:
         skip_space();
         start = i_;
         if (i_ >= t_.size()) return false;
-        std::string_view ignored;
-        bool escaped;
         if (t_[i_] == '"') {
-            if (!string(ignored, escaped)) return false;
+            if (!skip_string()) return false;
         } else if (t_[i_] == '{' || t_[i_] == '[') {
             int depth = 0;
-            do {
+            for (;;) {
+                while (i_ < t_.size() && !structural(t_[i_])) ++i_;
                 if (i_ >= t_.size()) return false;
                 char c = t_[i_];
                 if (c == '"') {
-                    if (!string(ignored, escaped)) return false;
+                    if (!skip_string()) return false;
                     continue;
                 }
-                if (c == '{' || c == '[') ++depth;
-                if (c == '}' || c == ']') --depth;
                 ++i_;
-            } while (depth > 0);
+                if (c == '{' || c == '[') {
+                    ++depth;
+                } else if (--depth == 0) {
+                    break;
+                }
+            }
         } else {  // a number or a literal
             while (i_ < t_.size() && !ends_word(t_[i_])) ++i_;
         }
@@ -80,6 +83,24 @@ public:
     }
 
 private:
+    static bool structural(char c) { return c == '"' || c == '{' || c == '[' || c == '}' || c == ']'; }
+    // From an opening quote past its closing one: the next quote not escaped by an odd
+    // run of backslashes.
+    bool skip_string() {
+        size_t from = i_ + 1;
+        for (;;) {
+            const void* q = from < t_.size() ? std::memchr(t_.data() + from, '"', t_.size() - from) : nullptr;
+            if (!q) return false;
+            size_t at = static_cast<size_t>(static_cast<const char*>(q) - t_.data());
+            size_t run = at;
+            while (run > from && t_[run - 1] == '\\') --run;
+            if ((at - run) % 2 == 0) {
+                i_ = at + 1;
+                return true;
+            }
+            from = at + 1;
+        }
+    }
     static bool ends_word(char c) { return c == ',' || c == '}' || c == ']' || is_space(c); }
     void skip_space() {
         while (i_ < t_.size() && is_space(t_[i_])) ++i_;

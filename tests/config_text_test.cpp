@@ -38,6 +38,12 @@ TEST(SplitSeccompMember, StringsMayHoldBracesQuotesAndCommas) {
                  R"({"a":"}{\",","linux":{"t":-1.5e3}})");
 }
 
+TEST(SplitSeccompMember, BackslashRunsBeforeAQuote) {
+    // "a\\" ends after two backslashes; "b\\\"" holds an escaped quote.
+    expect_split(R"({"x":"a\\","y":["b\\\"}"],"linux":{"seccomp":{"s":"c\\"}}})", R"({"s":"c\\"})",
+                 R"({"x":"a\\","y":["b\\\"}"],"linux":{}})");
+}
+
 TEST(SplitSeccompMember, NothingToCut) {
     for (const char* config : {R"({"linux":{"x":1}})", R"({"process":{"seccomp":{}}})", R"({})",
                                R"({"linux":null})", R"({"linux":{"a":{"seccomp":{}}}})"})
