@@ -198,6 +198,26 @@ zrun() {
 	assert_equal "$(stat_of served)" 2
 }
 
+@test "zygote: id maps the kernel refuses fail the create, and the daemon does not retry them at once" {
+	open_path_for_others
+	# Overlapping container ranges: validation cannot tell, the kernel refuses the uid_map.
+	update_config '.linux.namespaces += [{"type": "user"}]
+		| .linux.uidMappings = [{"containerID": 0, "hostID": 100000, "size": 65536},
+			{"containerID": 10, "hostID": 300000, "size": 10}]
+		| .linux.gidMappings = [{"containerID": 0, "hostID": 100000, "size": 65536}]'
+	set_args /bin/true
+	start_daemon --pool 2
+	run zrun run --bundle "$BUNDLE" "$CID"
+	assert_failure
+	sleep 1
+	# A pool's first builds fail (two: --pool 2), logged once; then the kind is left alone
+	# for a while instead of asking the builder for the same failure again and again.
+	run grep -c "could not make a template" "$BATS_TEST_TMPDIR/daemon.log"
+	assert_output 1
+	assert_equal "$(stat_of ready)" 0
+	(($(stat_of failed) <= 2)) || fail "the daemon keeps retrying: $("$FORKBOX" daemon --socket "$SOCK" --stats)"
+}
+
 @test "zygote: a container joining a user namespace by path is never given a template" {
 	start_daemon --pool 1 --warm "$BUNDLE"
 	wait_ready 1

@@ -29,7 +29,7 @@
 //                                  then, for a rootfs template, the mount namespace and the
 //                                  pid namespace for children; or "none". A rootfs request
 //                                  may be answered with a namespace-only template.
-//   client: "stats"        daemon: "stats served=N rootfs=N missed=N ready=N pools=N"
+//   client: "stats"        daemon: "stats served=N rootfs=N missed=N ready=N pools=N failed=N"
 #pragma once
 
 #include <sched.h>

@@ -54,6 +54,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// After a template of a kind failed to build, its pool is left alone this long.
+constexpr int kBuildRetrySeconds = 10;
+
 // A template's spare cgroup: the same directory name in every cgroup v1 hierarchy, removed
 // unless a client took it.
 class SpareCgroup {
@@ -116,6 +119,7 @@ struct Pool {
     std::deque<Template> ready;
     int building = 0;
     bool broken = false;  // its templates cannot be built here: not refilled again
+    Clock::time_point retry_at{};  // a failed build: no refill before then
     // A rootfs template is worth building once its bundle comes back: a manager that makes
     // a bundle per container (podman, containerd) would otherwise leave a pool per container.
     int asked = 0;
@@ -424,7 +428,7 @@ private:
     unique_fd builder_;  // our end of the builder's socket
     pid_t builder_pid_ = -1;
     std::deque<PendingBuild> pending_;
-    long served_ = 0, missed_ = 0, served_rootfs_ = 0;
+    long served_ = 0, missed_ = 0, served_rootfs_ = 0, failed_ = 0;
     bool rootfs_templates_ = false;  // probe_rootfs_templates() said yes
     Clock::time_point last_request_{};
     CgroupLayout cgroups_;  // the v1 hierarchies hold spare cgroups
@@ -561,6 +565,7 @@ void Daemon::finish_builder() {
     size_t want = static_cast<size_t>(namespace_count(b.key.key)) + (b.key.rootfs.empty() ? 0 : 2);
     bool ok = *reply == "1" || *reply == "1c";
     if (!ok || fds.size() != want) {
+        ++failed_;
         std::string why = reply->size() > 1 ? ": " + reply->substr(1) : "";
         if (!b.key.rootfs.empty()) {
             // Not buildable here (an old kernel, a config that changed): stop trying; clients
@@ -568,7 +573,13 @@ void Daemon::finish_builder() {
             if (!pool.broken) log::warn("zygote: no rootfs templates for " + b.key.rootfs + why);
             pool.broken = true;
         } else {
-            log::warn("zygote: the builder could not make a template for key " + std::to_string(b.key.key) + why);
+            // Id maps the kernel refuses, a namespace limit reached: not again at once, or
+            // refill would ask for the same failure as fast as the builder can fail.
+            if (pool.retry_at <= Clock::now())
+                log::warn("zygote: the builder could not make a template for key " + std::to_string(b.key.key) +
+                          (b.key.id_maps.empty() ? "" : " (id maps " + b.key.id_maps + ")") + why +
+                          "; trying again in " + std::to_string(kBuildRetrySeconds) + " s");
+            pool.retry_at = Clock::now() + std::chrono::seconds(kBuildRetrySeconds);
         }
         return;
     }
@@ -589,7 +600,7 @@ int Daemon::refill() {
     int low = std::max(1, opt_.pool_size / 4);
     bool pending = false;
     for (auto& [key, pool] : pools_) {
-        if (pool.broken) continue;
+        if (pool.broken || pool.retry_at > now) continue;
         if (!key.rootfs.empty() && !pool.warmed && pool.asked < opt_.rootfs_after) continue;
         int have = static_cast<int>(pool.ready.size()) + pool.building;
         int want = opt_.pool_size - have;
@@ -634,7 +645,8 @@ void Daemon::serve(int conn) {
         for (auto& [k, pool] : pools_) ready += pool.ready.size();
         std::string s = "stats served=" + std::to_string(served_) + " rootfs=" + std::to_string(served_rootfs_) +
                         " missed=" + std::to_string(missed_) +
-                        " ready=" + std::to_string(ready) + " pools=" + std::to_string(pools_.size());
+                        " ready=" + std::to_string(ready) + " pools=" + std::to_string(pools_.size()) +
+                        " failed=" + std::to_string(failed_);
         (void)::send(conn, s.data(), s.size(), MSG_NOSIGNAL);
         return;
     }
