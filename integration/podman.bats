@@ -99,6 +99,10 @@ setup() {
 
 teardown() {
 	pm rm --all --force --time 0 >/dev/null 2>&1 || true
+	if [[ -n ${ZYGOTE_PID:-} ]]; then
+		kill -TERM "$ZYGOTE_PID" 2>/dev/null
+		wait "$ZYGOTE_PID" 2>/dev/null || true
+	fi
 }
 
 # pm ARGS...: podman with this file's private storage. fds 3 and 4 (bats' own) are
@@ -679,6 +683,48 @@ $((160 << 20))
 	assert_line --index 1 --regexp '^ +0 +200000 +65536$'
 	assert_line --index 2 0
 	assert_line --index 3 0
+}
+
+# zygote_stat NAME: one counter of the test's zygote daemon.
+zygote_stat() {
+	"$FORKBOX" daemon --socket "$FORKBOX_SOCKET" --stats | tr ' ' '\n' | sed -n "s/^$1=//p"
+}
+
+@test "zygote: podman containers opted in by annotation take warm templates, --uidmap ones too" {
+	skip_if_runc "zygote mode is forkbox's own"
+	# podman hands conmon (and so the runtime) only containers.conf's conmon_env_vars.
+	export FORKBOX_SOCKET=$BATS_TEST_TMPDIR/zygote.sock
+	sed "s|^\[engine\]\$|[engine]\nconmon_env_vars = [\"PATH=$PATH\", \"FORKBOX_SOCKET=$FORKBOX_SOCKET\"]|" \
+		"$PM_DIR/containers.conf" >"$BATS_TEST_TMPDIR/containers.conf"
+	export CONTAINERS_CONF=$BATS_TEST_TMPDIR/containers.conf
+	"$FORKBOX" daemon --socket "$FORKBOX_SOCKET" --pool 2 </dev/null >/dev/null 2>"$BATS_TEST_TMPDIR/daemon.err" 3>&- 4>&- &
+	ZYGOTE_PID=$!
+	local i
+	for i in $(seq 100); do
+		zygote_stat served >/dev/null 2>&1 && break
+		sleep 0.05
+	done
+	local z=(--annotation run.forkbox.zygote=true)
+	local maps=(--uidmap 0:200000:65536 --gidmap 0:200000:65536)
+	# The first of each kind teaches the daemon (served cold); the next ones are warm.
+	run pm run --rm "${z[@]}" "$PM_IMAGE" true
+	assert_success
+	run pm run --rm "${z[@]}" "${maps[@]}" "$PM_IMAGE" true
+	assert_success
+	for i in $(seq 100); do
+		(($(zygote_stat ready) >= 4)) && break
+		sleep 0.05
+	done
+	run pm run --rm "${z[@]}" "$PM_IMAGE" sh -c 'readlink /proc/self/ns/net; cat /sys/class/net/lo/flags'
+	assert_success
+	assert_equal "$(zygote_stat served)" 1
+	[[ ${lines[0]} != "$(readlink /proc/self/ns/net)" ]] || fail "the host's network namespace"
+	run pm run --rm "${z[@]}" "${maps[@]}" "$PM_IMAGE" sh -c 'cat /proc/self/uid_map; id -u; stat -c %u /bin/busybox'
+	assert_success
+	assert_equal "$(zygote_stat served)" 2
+	assert_line --index 0 --regexp '^ +0 +200000 +65536$'
+	assert_line --index 1 0
+	assert_line --index 2 0
 }
 
 @test "a pod: the infra container's net, ipc and uts namespaces are joined by its members" {
