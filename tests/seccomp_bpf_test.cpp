@@ -8,20 +8,14 @@
 #include <vector>
 
 #include "libforkbox/seccomp.hpp"
+#include "tests/seccomp_rules.hpp"
 
 using namespace forkbox;
 using namespace forkbox::oci;
 
 namespace {
 
-SeccompSyscall rule(std::vector<std::string> names, std::string action,
-                    std::vector<SeccompArg> args = {}) {
-    SeccompSyscall s;
-    s.names = std::move(names);
-    s.action = std::move(action);
-    s.args = std::move(args);
-    return s;
-}
+using forkbox::test_util::rule;
 
 std::vector<sock_filter> compiled(std::string default_action, std::vector<SeccompSyscall> syscalls) {
     Seccomp s;

@@ -13,20 +13,14 @@
 #include "libforkbox/seccomp.hpp"
 #include "libforkbox/seccomp_bpf.hpp"
 #include "oci/default_seccomp.hpp"
+#include "tests/seccomp_rules.hpp"
 
 using namespace forkbox;
 using namespace forkbox::oci;
 
 namespace {
 
-SeccompSyscall rule(std::vector<std::string> names, std::string action,
-                    std::vector<SeccompArg> args = {}) {
-    SeccompSyscall s;
-    s.names = std::move(names);
-    s.action = std::move(action);
-    s.args = std::move(args);
-    return s;
-}
+using forkbox::test_util::rule;
 
 Seccomp profile(std::string default_action, std::vector<SeccompSyscall> syscalls,
                 std::vector<std::string> arches = {}) {

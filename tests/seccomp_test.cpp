@@ -5,20 +5,14 @@
 #include <algorithm>
 #include <string>
 #include <vector>
+#include "tests/seccomp_rules.hpp"
 
 using namespace forkbox;
 using namespace forkbox::oci;
 
 namespace {
 
-SeccompSyscall rule(std::vector<std::string> names, std::string action,
-                    std::vector<SeccompArg> args = {}) {
-    SeccompSyscall s;
-    s.names = std::move(names);
-    s.action = std::move(action);
-    s.args = std::move(args);
-    return s;
-}
+using forkbox::test_util::rule;
 
 SeccompArg arg(uint32_t index, std::string op, uint64_t value, uint64_t value_two = 0) {
     return SeccompArg{index, value, value_two, std::move(op)};
