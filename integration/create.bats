@@ -115,14 +115,18 @@ load helpers
 	[ ! -e "$ROOT/$CID" ]
 }
 
-@test "a create that fails inside init leaves no process, mount, cgroup or state behind" {
+@test "a create that fails inside init leaves no process, mount, cgroup, state or pid file behind" {
 	local cg=/$CID-failed
+	mkdir "$BATS_TEST_TMPDIR/pids"
 	update_config '.linux.cgroupsPath = $p
 		| .mounts += [{"destination": "/broken", "type": "no-such-fs", "source": "none"}]' --arg p "$cg"
-	try_create --bundle "$BUNDLE" "$CID"
+	try_create --bundle "$BUNDLE" --pid-file "$BATS_TEST_TMPDIR/pids/init.pid" "$CID"
 	assert_failure
 	assert_stderr_contains "no-such-fs"
 	[ ! -e "$ROOT/$CID" ]
+	# Not even a staged pid file beside where it would have gone.
+	run ls -A "$BATS_TEST_TMPDIR/pids"
+	assert_output ""
 	local d
 	for d in /sys/fs/cgroup/*"$cg" /sys/fs/cgroup"$cg"; do
 		[ ! -e "$d" ] || fail "cgroup $d was left behind"
