@@ -183,6 +183,15 @@ TEST(SeccompCompact, ScratchMemoryIsLeftAlone) {
     EXPECT_TRUE(unchanged(program));
 }
 
+// Appends: syscalls 0..7 (as A holds them) allowed one JEQ each, anything else EPERM.
+static void allow_first_eight_else_errno(std::vector<sock_filter>& program) {
+    for (int nr = 0; nr < 8; ++nr) {
+        program.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1));
+        program.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+    }
+    program.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | 1));
+}
+
 TEST(SeccompCompact, JsetOnTheSyscallNumberIsLeftAlone) {
     // x32 test by bit: the value set of nr is not a union of ranges of compared constants.
     std::vector<sock_filter> program{
@@ -190,11 +199,7 @@ TEST(SeccompCompact, JsetOnTheSyscallNumberIsLeftAlone) {
         BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x40000000, 0, 1),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
     };
-    for (int nr = 0; nr < 8; ++nr) {
-        program.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1));
-        program.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
-    }
-    program.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | 1));
+    allow_first_eight_else_errno(program);
     EXPECT_TRUE(unchanged(program));
 }
 
@@ -203,11 +208,7 @@ TEST(SeccompCompact, ArithmeticOnTheSyscallNumberIsLeftAlone) {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0),
         BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0xff),
     };
-    for (int nr = 0; nr < 8; ++nr) {
-        program.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1));
-        program.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
-    }
-    program.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | 1));
+    allow_first_eight_else_errno(program);
     EXPECT_TRUE(unchanged(program));
 }
 
