@@ -85,6 +85,15 @@ $(BUILD)/bench-json-parse: $(BUILD)/obj/bench/json-parse.o $(LIB_OBJS)
 	$(CXX) $(CXXFLAGS) $(FB_CXXFLAGS) $(LDFLAGS) -o $@ $^ $(FORKBOX_LIBS)
 -include $(BUILD)/obj/bench/json-parse.d
 
+# What any process costs here before its first line of work (not part of `all`): see
+# bench/floor.sh. The two reference programs: no libc at all, and an empty static glibc main.
+$(BUILD)/bench-process-floor: $(BUILD)/obj/bench/process-floor.o
+	$(CXX) $(CXXFLAGS) $(FB_CXXFLAGS) $(LDFLAGS) -o $@ $^
+$(BUILD)/floor-nolibc: bench/floor-nolibc.c
+	$(CC) -O2 -static -nostdlib -fno-stack-protector -o $@ $<
+$(BUILD)/floor-glibc: bench/floor-glibc.c
+	$(CC) -O2 -static -o $@ $<
+
 # Installs the Debian packages that building and testing need, only when missing.
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
@@ -121,6 +130,7 @@ uninstall:
 BENCH_SECONDS ?= 30
 bench: all
 	./bench/run-true.sh --shared-root --critical-path
+	./bench/floor.sh
 	./bench/throughput.sh -t $(BENCH_SECONDS)
 
 # The managers' view: podman and containerd with forkbox against runc.
