@@ -15,7 +15,7 @@ COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 CXXFLAGS ?= -O2 -g
 # Required flags, kept apart so `make CXXFLAGS=...` (check-asan) cannot drop them.
 FB_CXXFLAGS := -std=c++2b -Wall -Wextra -Werror -I. -MMD -MP \
-	-DFORKBOX_VERSION='"$(VERSION)"' -DFORKBOX_COMMIT='"$(COMMIT)"'
+	-DFORKBOX_VERSION='"$(VERSION)"'
 LDFLAGS ?=
 LIBS := -lseccomp -lyajl -lcap -lboost_program_options
 # forkbox is linked statically: a dynamic start-up (ld.so, libstdc++, boost) costs ~3 ms
@@ -54,6 +54,16 @@ $(BUILD)/unit-tests: $(TEST_OBJS) $(LIB_OBJS)
 $(BUILD)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(FB_CXXFLAGS) -c -o $@ $<
+
+# `forkbox --version` names the commit: only main.o carries it, rebuilt whenever HEAD moves
+# (the stamp is rewritten only when the commit differs, so other builds stay incremental).
+$(BUILD)/commit.stamp: FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(COMMIT)' | cmp -s - $@ || echo '$(COMMIT)' >$@
+$(BUILD)/obj/cmd/main.o: $(BUILD)/commit.stamp
+$(BUILD)/obj/cmd/main.o: FB_CXXFLAGS += -DFORKBOX_COMMIT='"$(COMMIT)"'
+.PHONY: FORCE
+FORCE:
 
 # The exec stub (libforkbox/exec_guard.hpp says why): freestanding, no libc, ~2 KB, one
 # read+exec segment. Fixed flags: sanitizer or PIE flags must never reach it.
