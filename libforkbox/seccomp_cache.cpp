@@ -14,14 +14,12 @@
 #include <vector>
 
 #include "libforkbox/fd.hpp"
+#include "libforkbox/hash.hpp"
 #include "libforkbox/log.hpp"
 #include "oci/default_seccomp.hpp"
 
 #ifndef FORKBOX_VERSION
 #define FORKBOX_VERSION "unknown"
-#endif
-#ifndef FORKBOX_COMMIT
-#define FORKBOX_COMMIT "unknown"
 #endif
 
 namespace forkbox {
@@ -40,21 +38,6 @@ struct EntryHeader {
     uint32_t instructions;
     uint32_t reserved;
 };
-
-// Names a cache file (a hit still compares the whole key): FNV-1a's constants, eight
-// bytes a step, which a Docker-sized profile's 14 KiB key needs to be cheap on every create.
-uint64_t key_hash(std::string_view s) {
-    uint64_t h = 14695981039346656037ull;
-    size_t i = 0;
-    for (; i + 8 <= s.size(); i += 8) {
-        uint64_t word;
-        std::memcpy(&word, s.data() + i, 8);
-        h = (h ^ word) * 1099511628211ull;
-        h ^= h >> 29;
-    }
-    for (; i < s.size(); ++i) h = (h ^ static_cast<unsigned char>(s[i])) * 1099511628211ull;
-    return h;
-}
 
 // The forkbox binary's GNU build ID, read from its own program headers: no syscall.
 std::string build_id() {
@@ -187,7 +170,7 @@ std::string seccomp_cache_key(const oci::Seccomp& seccomp, std::string_view envi
 
 std::string seccomp_cache_file_name(std::string_view key) {
     static const char digits[] = "0123456789abcdef";
-    uint64_t h = key_hash(key);
+    uint64_t h = content_hash(key);  // names the file; a hit still compares the whole key
     std::string name(kFilePrefix);
     for (int shift = 60; shift >= 0; shift -= 4) name += digits[(h >> shift) & 0xf];
     return name;
@@ -224,10 +207,10 @@ std::optional<SeccompProgram> decode_seccomp_cache_entry(std::string_view data, 
 }
 
 std::string seccomp_cache_environment() {
-    std::string env = "forkbox " FORKBOX_VERSION " " FORKBOX_COMMIT;
-    // The binary itself: a rebuilt or upgraded forkbox may translate profiles differently,
-    // and an incremental build does not refresh FORKBOX_COMMIT in every object. Its build
-    // ID changes with every link; without one, the file's identity.
+    std::string env = "forkbox " FORKBOX_VERSION;
+    // The binary itself: a rebuilt or upgraded forkbox may translate profiles differently.
+    // Its build ID changes with every link (the commit is in main.o only); without one, the
+    // file's identity.
     if (std::string id = build_id(); !id.empty()) {
         env += " build " + id;
     } else if (struct stat exe; ::stat("/proc/self/exe", &exe) == 0) {

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "libforkbox/hash.hpp"
 #include "libforkbox/log.hpp"
 #include "libforkbox/unix_socket.hpp"
 #include "oci/linux_names.hpp"
@@ -178,13 +179,8 @@ bool rootfs_template_fits(const Plan& plan) {
 }
 
 std::string config_fingerprint(std::string_view config_text) {
-    uint64_t h = 14695981039346656037ull;  // FNV-1a
-    for (unsigned char c : config_text) {
-        h ^= c;
-        h *= 1099511628211ull;
-    }
     char buf[17];
-    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(content_hash(config_text)));
     return buf;
 }
 

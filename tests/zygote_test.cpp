@@ -145,6 +145,19 @@ TEST(ZygoteProtocol, RootfsRequestsCarryFingerprintAndBundle) {
     EXPECT_EQ(config_fingerprint("x").size(), 16u);
 }
 
+TEST(ZygoteProtocol, ConfigFingerprintSeesEveryByteOfALargeConfig) {
+    // Hashed eight bytes a step: a change in any word, or in the tail past the last whole
+    // word, must show.
+    std::string config(14 * 1024 + 5, 'a');
+    std::string base = config_fingerprint(config);
+    for (size_t at : {size_t{0}, size_t{7}, size_t{8}, config.size() / 2, config.size() - 6, config.size() - 1}) {
+        std::string changed = config;
+        changed[at] = 'b';
+        EXPECT_NE(config_fingerprint(changed), base) << "byte " << at;
+    }
+    EXPECT_NE(config_fingerprint(config + "a"), base);
+}
+
 TEST(ZygoteProtocol, RepliesSayWhetherTheTemplateHasARootfs) {
     auto r = decode_reply(encode_reply({CLONE_NEWNET, spare_name(1, 2), true}));
     ASSERT_TRUE(r);
