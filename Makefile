@@ -138,7 +138,7 @@ uninstall:
 
 # BENCH_SECONDS: length of each throughput window (`make bench BENCH_SECONDS=5` for a quick look).
 BENCH_SECONDS ?= 30
-bench: all
+bench: all $(BUILD)/bench-process-floor $(BUILD)/floor-nolibc $(BUILD)/floor-glibc
 	./bench/run-true.sh --shared-root --critical-path
 	./bench/floor.sh
 	./bench/throughput.sh -t $(BENCH_SECONDS)

@@ -31,7 +31,8 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -x $FORKBOX ]] || { echo "floor.sh: $FORKBOX is not built" >&2; exit 1; }
 [[ -x $BUSYBOX ]] || { echo "floor.sh: $BUSYBOX missing (apt-get install busybox-static)" >&2; exit 1; }
-make -s -C "$repo" build/bench-process-floor build/floor-nolibc build/floor-glibc
+# Under `make bench` these are built already; the parent's jobserver is not ours.
+MAKEFLAGS= make -s -C "$repo" build/bench-process-floor build/floor-nolibc build/floor-glibc
 build=$repo/build
 empty_root=$(mktemp -d /tmp/forkbox-floor.XXXXXX)
 trap 'rm -rf "$empty_root"' EXIT
