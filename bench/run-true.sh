@@ -16,7 +16,8 @@
 # (without init's wait for `start`) and start's "main" to "start: released".
 #
 # usage: bench/run-true.sh [-n RUNS] [-w WARMUP] [--no-crun] [--no-seccomp] [--shared-root]
-#                          [--no-zygote] [--critical-path] [-c RUNS] [--keep-traces DIR]
+#                          [--no-zygote] [--critical-path] [--cgroup2] [-c RUNS]
+#                          [--keep-traces DIR]
 #                          [-b BUNDLE_DIR]
 #   -n RUNS        timed runs per runtime (default 200)
 #   -w WARMUP      untimed runs per runtime first (default 5)
@@ -30,6 +31,10 @@
 #                  machine idles between containers, as with an interactive or agent
 #                  workload, and the zygote daemon refills its pools in the gaps
 #   --critical-path  the traced pass and its histograms (cold; zygote too unless --no-zygote)
+#   --cgroup2      everything (the daemon and every runtime) runs in a private mount namespace
+#                  where /sys/fs/cgroup is the host's cgroup2 hierarchy alone: the pure v2
+#                  host most users run, on this hybrid machine (integration/cgroupv2.bats
+#                  builds the same view). crun accepts that layout, so it runs unwrapped.
 #   -c RUNS        traced runs per mode (default 100)
 #   --keep-traces DIR  copy the trace files there (bench/critical-path.py --steps DIR/cold
 #                  shows the median time between consecutive marks)
@@ -60,6 +65,7 @@ use_seccomp=1
 shared_root=0
 use_zygote=1
 critical_path=0
+cgroup2_view=0
 cp_runs=100
 keep_traces=
 bench_dir=${BENCH_DIR:-/var/tmp/forkbox-bench}
@@ -70,6 +76,7 @@ usage() {
 	exit "${1:-0}"
 }
 
+all_args=("$@")  # for the --cgroup2 restart
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	-n) runs=$2; shift 2 ;;
@@ -81,6 +88,7 @@ while [[ $# -gt 0 ]]; do
 	--no-zygote) use_zygote=0; shift ;;
 	--gap) export BENCH_GAP_MS=$2; shift 2 ;;
 	--critical-path) critical_path=1; shift ;;
+	--cgroup2) cgroup2_view=1; shift ;;
 	-c) cp_runs=$2; shift 2 ;;
 	--keep-traces) keep_traces=$2; shift 2 ;;
 	-h | --help) usage 0 ;;
@@ -98,6 +106,20 @@ CRUN=${CRUN:-$(command -v crun || true)}
 BUSYBOX=${BUSYBOX:-/bin/busybox}
 
 [[ $(id -u) -eq 0 ]] || { echo "run-true.sh: needs root" >&2; exit 1; }
+
+# --cgroup2: start over inside the pure v2 view (BENCH_CGROUP2_VIEW marks the second pass).
+# Nothing mounted there propagates back to the host; the view ends with the last process.
+if [[ $cgroup2_view -eq 1 && -z ${BENCH_CGROUP2_VIEW:-} ]]; then
+	v2_mount=$(awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup2" && $4 == "/") { print $5; exit } break } }' \
+		/proc/self/mountinfo)
+	[[ -n $v2_mount ]] || { echo "run-true.sh: --cgroup2: this host has no cgroup2 hierarchy" >&2; exit 1; }
+	if [[ $v2_mount != /sys/fs/cgroup ]]; then
+		export BENCH_CGROUP2_VIEW=1
+		exec unshare --mount --propagation private -- bash -c \
+			'umount -R /sys/fs/cgroup && mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec "$0" "$@"' "$0" "${all_args[@]}"
+	fi
+	BENCH_CGROUP2_VIEW=1  # already a pure v2 host
+fi
 for tool in python3 jq; do
 	command -v "$tool" >/dev/null || { echo "run-true.sh: $tool is missing" >&2; exit 1; }
 done
@@ -141,10 +163,11 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 export BENCH_RUNS=$runs BENCH_WARMUP=$warmup BENCH_BUNDLE=$bundle BENCH_WORK=$work
-export BENCH_SHARED_ROOT=$shared_root
+export BENCH_SHARED_ROOT=$shared_root BENCH_CGROUP2_VIEW=${BENCH_CGROUP2_VIEW:-}
 export BENCH_CRITICAL_PATH=$critical_path BENCH_CP_RUNS=$cp_runs BENCH_KEEP_TRACES=$keep_traces BENCH_HERE=$here
 echo "config: runc's template, seccomp $([[ $use_seccomp -eq 1 ]] && echo "forkbox's default profile" || echo none)," \
-	"$([[ $shared_root -eq 1 ]] && echo "one --root per runtime" || echo "a fresh --root per run")"
+	"$([[ $shared_root -eq 1 ]] && echo "one --root per runtime" || echo "a fresh --root per run")," \
+	"cgroups $([[ -n ${BENCH_CGROUP2_VIEW:-} ]] && echo "pure v2 (private view)" || echo "as the host has them")"
 crun_used=
 if [[ $use_crun -eq 1 ]]; then
 	crun_used=$CRUN
@@ -199,7 +222,9 @@ def cleanup(binary, wrap, root, cid):
 # name -> (command builder, binary, wrapped?)
 subjects = {"forkbox": (runtime_cmd(os.environ["BENCH_FORKBOX"]), os.environ["BENCH_FORKBOX"], False),
             "runc": (runtime_cmd(os.environ["BENCH_RUNC"]), os.environ["BENCH_RUNC"], False)}
-if crun:
+if crun and os.environ.get("BENCH_CGROUP2_VIEW"):
+    subjects["crun"] = (runtime_cmd(crun), crun, False)  # pure v2: crun runs as it is
+elif crun:
     subjects["crun"] = (runtime_cmd(crun, wrap=True), crun, True)
     subjects["wrapper"] = (lambda root, cid: WRAP + ["/bin/true"], None, False)
 
@@ -304,8 +329,8 @@ for name in order:
         stats[name] = (statistics.median(v), p90(v), len(v))
 
 print("runtime                                runs   median ms     p90 ms   failed")
-labels = {"crun": "crun (minus wrapper)", "wrapper": "crun wrapper alone"}
 wrapper = stats.get("wrapper")
+labels = {"crun": "crun (minus wrapper)" if wrapper else "crun", "wrapper": "crun wrapper alone"}
 for name in order:
     if name not in stats:
         print("%-36s %6d %11s %10s %8d" % (labels.get(name, name), 0, "-", "-", failures[name]))

@@ -34,6 +34,11 @@ setup() {
 }
 
 teardown() {
+	# A zygote daemon first (see zygote.bats): fb_teardown would SIGKILL it.
+	if [[ -n ${DAEMON_PID:-} ]]; then
+		kill -TERM "$DAEMON_PID" 2>/dev/null
+		wait "$DAEMON_PID" 2>/dev/null
+	fi
 	fb_teardown
 	# What delete left of this test's v2 cgroup (the hierarchy is the host's).
 	[[ -n ${V2:-} && -n ${CG:-} && -d $V2$CG ]] || return 0
@@ -306,4 +311,33 @@ device_programs() {
 @test "features says cgroup v2 is supported" {
 	run jq -r '.linux.cgroup.v2' < <(runtime features)
 	assert_output true
+}
+
+@test "zygote: a container with a cgroup namespace takes a rootfs template and mounts cgroup2 as a cold one does" {
+	skip_if_runc "zygote mode is forkbox's own"
+	# runc spec's template on cgroup v2 hosts (and podman's default there).
+	update_config '.linux.namespaces |= if any(.[]; .type == "cgroup") then . else . + [{"type": "cgroup"}] end'
+	set_args /bin/sh -c 'cat /proc/self/cgroup; ls /sys/fs/cgroup/cgroup.procs; grep -E " - cgroup2? " /proc/self/mountinfo | cut -d" " -f4- | sort'
+	runtime run --bundle "$BUNDLE" "$CID" >"$BATS_TEST_TMPDIR/cold" 2>&1 || fail "cold run: $(cat "$BATS_TEST_TMPDIR/cold")"
+	local sock=$BATS_TEST_TMPDIR/zygote.sock
+	# The daemon sees the same pure v2 view, in a private mount namespace of its own.
+	unshare --mount --propagation private -- sh -c \
+		'umount -R /sys/fs/cgroup 2>/dev/null; mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec "$@"' \
+		sh "$FORKBOX" daemon --socket "$sock" --pool 1 --warm "$BUNDLE" </dev/null >/dev/null 2>"$BATS_TEST_TMPDIR/daemon.err" 3>&- 4>&- &
+	DAEMON_PID=$!
+	local i stats=
+	for i in $(seq 100); do
+		stats=$("$FORKBOX" daemon --socket "$sock" --stats 2>/dev/null) && [[ $stats == *"ready=2 "* ]] && break
+		sleep 0.05
+	done
+	[[ $stats == *"ready=2 "* ]] || fail "no warm templates: $stats $(cat "$BATS_TEST_TMPDIR/daemon.err")"
+	runtime --zygote="$sock" --debug run --bundle "$BUNDLE" "$CID" >"$BATS_TEST_TMPDIR/warm" 2>"$BATS_TEST_TMPDIR/warm.err"
+	grep -q "zygote: warm rootfs" "$BATS_TEST_TMPDIR/warm.err" || fail "no rootfs template: $(cat "$BATS_TEST_TMPDIR/warm.err")"
+	diff "$BATS_TEST_TMPDIR/cold" "$BATS_TEST_TMPDIR/warm" || fail "a rootfs template differs from a cold container"
+	run cat "$BATS_TEST_TMPDIR/warm"
+	# One fresh cgroup2 mount, rooted at the container's cgroup, read-only as runc's template asks.
+	assert_line "0::/"
+	assert_line "/sys/fs/cgroup/cgroup.procs"
+	assert_line --regexp "^/ /sys/fs/cgroup ro,.* - cgroup2 cgroup rw"
+	refute_line --partial "$CID"
 }

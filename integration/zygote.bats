@@ -414,6 +414,25 @@ spares_of() {
 	refute_line --partial ".zygote-"
 }
 
+@test "zygote: a container with a cgroup namespace takes a rootfs template and sees its cgroups as a cold one does" {
+	# runc spec's template on cgroup v2 hosts, and podman's default there.
+	update_config '.linux.namespaces |= if any(.[]; .type == "cgroup") then . else . + [{"type": "cgroup"}] end'
+	# /proc/self/cgroup, and each cgroup mount: root, mount point, options, type, source,
+	# super options.
+	set_args /bin/sh -c 'cat /proc/self/cgroup; grep -E " - cgroup2? " /proc/self/mountinfo | cut -d" " -f4- | sort'
+	runtime run --bundle "$BUNDLE" "$CID" >"$BATS_TEST_TMPDIR/cold" 2>&1
+	start_daemon --pool 1 --warm "$BUNDLE"
+	wait_full
+	zrun --debug run --bundle "$BUNDLE" "$CID" >"$BATS_TEST_TMPDIR/warm" 2>"$BATS_TEST_TMPDIR/warm.err"
+	grep -q "zygote: warm rootfs" "$BATS_TEST_TMPDIR/warm.err" || fail "no rootfs template: $(cat "$BATS_TEST_TMPDIR/warm.err")"
+	diff "$BATS_TEST_TMPDIR/cold" "$BATS_TEST_TMPDIR/warm" || fail "a rootfs template differs from a cold container"
+	run cat "$BATS_TEST_TMPDIR/warm"
+	# Inside its cgroup namespace the container's cgroups are the roots.
+	assert_line --regexp "^0::/$"
+	refute_line --partial "/forkbox/"
+	refute_line --partial ".zygote-"
+}
+
 @test "zygote: a rootfs template's bound spare cgroups are replaced when the container's cgroup already exists" {
 	[[ -f /sys/fs/cgroup/cpu/cgroup.procs ]] || skip "no cgroup v1 cpu hierarchy on this host"
 	set_args /bin/sh -c 'grep -E " - cgroup2? " /proc/self/mountinfo | cut -d" " -f4,5 | sort'

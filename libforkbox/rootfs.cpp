@@ -555,6 +555,11 @@ Result<std::vector<unique_fd>> clone_cgroup_trees(const RootfsContext& ctx) {
             trees.emplace_back();  // bound by the template already
             continue;
         }
+        if (ctx.new_cgroup_namespace && layout.hierarchies[i].unified) {
+            trees.emplace_back();  // mounted fresh inside the cgroup namespace, as cold
+            if (layout.mode == CgroupMode::V2) break;
+            continue;
+        }
         FB_ASSIGN(unique_fd tree, clone_tree(AT_FDCWD, ctx.cgroup_dirs[i].c_str(), true, ctx.cgroup_dirs[i]));
         trees.push_back(std::move(tree));
         if (layout.mode == CgroupMode::V2) break;
@@ -570,12 +575,20 @@ Result<void> attach_cgroup_trees(const RootfsContext& ctx, std::vector<unique_fd
     for (const auto& m : ctx.plan.mounts) {
         if (m.kind != MountKind::Cgroup) continue;
         unsigned long flags = m.flags.set & ~(MS_REMOUNT | MS_BIND | MS_REC);
+        // cgroup2 in a cgroup namespace: a fresh mount shows the namespace's root, which is
+        // the container's cgroup (init unshared it there), and reads as a cold init's does.
+        auto attach = [&](size_t i, const std::string& dest_path) -> Result<void> {
+            FB_ASSIGN(unique_fd dest, open_in_root(root.get(), dest_path));
+            if (trees[i]) return attach_tree(trees[i].get(), dest.get(), "cgroup on " + dest_path);
+            unsigned long rw_flags = flags & ~MS_RDONLY;
+            return mount_on_fd("cgroup", dest.get(), "cgroup2", rw_flags, nullptr, "cgroup2 on " + dest_path);
+        };
         if (layout.mode == CgroupMode::V2) {
-            FB_ASSIGN(unique_fd dest, open_in_root(root.get(), m.destination));
-            FB_TRY(attach_tree(trees[0].get(), dest.get(), "cgroup on " + m.destination));
+            FB_TRY(attach(0, m.destination));
         } else {
             for (size_t i = 0; i < layout.hierarchies.size() && i < trees.size(); ++i) {
-                if (!trees[i]) continue;  // the template's bind is the container's cgroup
+                bool fresh = ctx.new_cgroup_namespace && layout.hierarchies[i].unified;
+                if (!trees[i] && !fresh) continue;  // the template's bind is the container's cgroup
                 std::string dest_path = m.destination + "/" + basename_of(layout.hierarchies[i].mountpoint);
                 if (ctx.replace_premounted_v1 && !layout.hierarchies[i].unified) {
                     // The template bound a spare this container did not take.
@@ -583,8 +596,7 @@ Result<void> attach_cgroup_trees(const RootfsContext& ctx, std::vector<unique_fd
                     if (::umount2(fd_path(stale.get()).c_str(), MNT_DETACH) < 0)
                         return sys_error("unmount the template's cgroup on " + dest_path);
                 }
-                FB_ASSIGN(unique_fd dest, open_in_root(root.get(), dest_path));
-                FB_TRY(attach_tree(trees[i].get(), dest.get(), "cgroup on " + dest_path));
+                FB_TRY(attach(i, dest_path));
             }
         }
         if (flags & MS_RDONLY) {

@@ -170,7 +170,7 @@ bool rootfs_template_fits(const Plan& plan) {
     if (template_key(plan) == 0 || !plan.joins.empty() || !plan.has_mount_namespace) return false;
     int needed = CLONE_NEWNS | CLONE_NEWPID;
     if ((plan.new_namespaces & needed) != needed) return false;
-    if (plan.new_namespaces & (CLONE_NEWUSER | CLONE_NEWCGROUP | CLONE_NEWTIME)) return false;
+    if (plan.new_namespaces & (CLONE_NEWUSER | CLONE_NEWTIME)) return false;
     if (!plan.hooks.prestart.empty() || !plan.hooks.create_runtime.empty() || !plan.hooks.create_container.empty())
         return false;
     int cgroup_mounts = 0;

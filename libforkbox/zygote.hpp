@@ -14,7 +14,9 @@
 // (mounts, devices, masked and read-only paths), its /proc made for a still-empty pid
 // namespace (procfs pidns=), hostname set. The client's init joins it and becomes pid 1
 // of that pid namespace; it attaches the container's own cgroups itself (their names are
-// not known ahead).
+// not known ahead). A container with a cgroup namespace fits too: init unshares it once in
+// its cgroups, as a cold init does, then mounts cgroup2 fresh inside it (v1 hierarchies
+// stay binds of its own cgroups, which show the same from inside the namespace).
 //
 // A container in a new user namespace takes a template whose namespaces were made inside a
 // user namespace with the same id maps (the key then has CLONE_NEWUSER): its network, ipc
@@ -86,7 +88,7 @@ std::string spare_name(pid_t daemon_pid, long sequence);
 pid_t spare_owner(std::string_view name);
 
 // Whether a rootfs template can stand in for what init would build: fresh mount and pid
-// namespaces, no user, cgroup or time namespace, nothing joined, no hooks that run while
+// namespaces, no user or time namespace, nothing joined, no hooks that run while
 // the rootfs is being built, at most one cgroup mount.
 bool rootfs_template_fits(const Plan& plan);
 
