@@ -33,6 +33,8 @@ TEST_OBJS := $(TEST_SRCS:%.cpp=$(BUILD)/obj/%.o)
 DEB_PACKAGES := build-essential pkg-config git libseccomp-dev libyajl-dev libcap-dev \
 	libboost-program-options-dev libgtest-dev bats bats-assert bats-support busybox-static \
 	jq runc iproute2 procps util-linux python3
+# integration/cgroupv2.bats reads the device programs attached to a cgroup with bpftool.
+DEB_PACKAGES += bpftool
 # integration/podman.bats: podman (with conmon and catatonit for --init) drives forkbox;
 # bsdutils' `script` gives `podman run -it` a terminal.
 DEB_PACKAGES += podman conmon catatonit bsdutils

@@ -220,6 +220,24 @@ device_programs() {
 	assert_output ""
 }
 
+@test "create has the device program attached when it returns, before start, with or without createContainer hooks" {
+	command -v bpftool >/dev/null || skip "bpftool is missing (apt-get install bpftool)"
+	set_device_rules '[{"allow": false, "access": "rwm"}]'
+	set_args /bin/sh -c 'exit 0'
+	# forkbox loads it while init sets up: it must still be attached before create returns.
+	create_container "$CID"
+	run device_programs
+	assert_success
+	[[ ${#lines[@]} -eq 1 ]] || fail "expected one device program after create, got: $output"
+	runtime delete --force "$CID"
+	# A hook that runs inside the container: attached before clone.
+	update_config '.hooks.createContainer = [{"path": "/bin/true"}]'
+	create_container "$CID"
+	run device_programs
+	assert_success
+	[[ ${#lines[@]} -eq 1 ]] || fail "expected one device program after create with a hook, got: $output"
+}
+
 @test "update with new device rules replaces the device program instead of stacking one" {
 	skip_if_runc "runc update leaves device rules alone"
 	device_node loopctl 10 237

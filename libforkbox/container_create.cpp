@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 
 #include "libforkbox/cgroup_resources.hpp"
@@ -165,12 +166,14 @@ int activation_fds() {
     return n > 0 ? n : 0;
 }
 
-// Drives init from Go to Ready. Returns init's pid (the clone child, or the grandchild the
-// intermediate process forked).
+// Drives init from Go to Ready, doing while_init_works (if any) right after Go. Returns
+// init's pid (the clone child, or the grandchild the intermediate process forked).
 Result<pid_t> drive_init(pid_t child, bool intermediate, int sync_fd, const Plan& plan, ContainerState& state,
-                         std::optional<ChildGuard>& init_guard, const oci::Seccomp* seccomp) {
+                         std::optional<ChildGuard>& init_guard, const oci::Seccomp* seccomp,
+                         const std::function<Result<void>()>& while_init_works) {
     state.pid = child;
     FB_TRY(sync_send(sync_fd, SyncType::Go, 0, hook_state_json(state, "created")));
+    if (while_init_works) FB_TRY(while_init_works());
     pid_t init_pid = intermediate ? 0 : child;
     for (;;) {
         auto msg = sync_recv(sync_fd);
@@ -317,7 +320,15 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     // the placement guard removes the cgroups again. The device program's fd is closed once
     // it is attached, so init never holds it.
     FB_TRY(apply_cgroup_writes(cgroup_writes, layout, cgroups.dirs()));
-    if (device_program) FB_TRY(apply_device_program(*device_program, layout, cgroups.dirs()));
+    // cgroup v2's device program: the kernel takes ~0.5 ms to verify and JIT it, so it is
+    // loaded while init sets up (on the other CPU), and attached before init reports Ready,
+    // hence before `start` and the container's first instruction. Nothing of the container
+    // runs before then, unless hooks run inside it (createContainer, startContainer): then
+    // it is attached first, as init's own device nodes are always allowed anyway.
+    bool device_program_while_init_works = device_program && plan.hooks.create_container.empty() &&
+                                           plan.hooks.start_container.empty();
+    if (device_program && !device_program_while_init_works)
+        FB_TRY(apply_device_program(*device_program, layout, cgroups.dirs()));
     state.cgroup_dirs = cgroups.dirs();
     state.cgroup_dirs_created = cgroups.created();
     trace::mark("create: cgroups made");
@@ -391,8 +402,11 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     // hierarchies itself through these fds (see join_v1_cgroups).
     task_files.clear();
     trace::mark("create: go");
+    std::function<Result<void>()> while_init_works;
+    if (device_program_while_init_works)
+        while_init_works = [&] { return apply_device_program(*device_program, layout, cgroups.dirs()); };
     auto init_pid = drive_init(child, args.intermediate, parent_end.get(), plan, state, init_guard,
-                               spec.linux && spec.linux->seccomp ? &*spec.linux->seccomp : nullptr);
+                               spec.linux && spec.linux->seccomp ? &*spec.linux->seccomp : nullptr, while_init_works);
     if (!init_pid) {
         // Runtime-spec: a failed create-phase hook stops the container and the lifecycle
         // continues with delete, which runs the poststop hooks.
