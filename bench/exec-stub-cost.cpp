@@ -15,24 +15,14 @@
 #include <string>
 #include <vector>
 
+#include "bench/timing.hpp"
 #include "libforkbox/exec_guard.hpp"
 
 using namespace forkbox;
 
-namespace {
+using forkbox::bench::now_us;
+using forkbox::bench::quantile;
 
-double now_us() {
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// The q-th quantile (0..1). On a shared, loaded machine the low quantiles show the
-// intrinsic cost best: the median and p90 mostly measure the neighbours.
-double quantile(std::vector<double> v, double q) {
-    std::sort(v.begin(), v.end());
-    return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
     int runs = argc > 1 ? std::atoi(argv[1]) : 1000;

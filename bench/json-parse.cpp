@@ -13,21 +13,16 @@
 #include <string>
 #include <vector>
 
+#include "bench/timing.hpp"
 #include "oci/json.hpp"
 #include "oci/parse.hpp"
 
 using namespace forkbox;
 
+using forkbox::bench::now_us;
+using forkbox::bench::quantile;
+
 namespace {
-
-double now_us() {
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double quantile(std::vector<double> v, double q) {
-    std::sort(v.begin(), v.end());
-    return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
-}
 
 template <typename F>
 double time_once(F f) {

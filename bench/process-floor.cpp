@@ -24,16 +24,12 @@
 #include <string>
 #include <vector>
 
+#include "bench/timing.hpp"
+
+using forkbox::bench::now_us;
+using forkbox::bench::quantile;
+
 namespace {
-
-double now_us() {
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double quantile(std::vector<double> v, double q) {
-    std::sort(v.begin(), v.end());
-    return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
-}
 
 struct Subject {
     std::string name;
