@@ -169,6 +169,12 @@ ctrd_stop() {
 	if [[ -n ${CTRD_NS:-} && $CTRD_NS != k8s.io ]]; then
 		rm -f "/run/containerd/runc/$CTRD_NS"/.seccomp=* 2>/dev/null
 		rmdir "/run/containerd/runc/$CTRD_NS" 2>/dev/null
+		# The shim puts containers under /NAMESPACE/ID: the namespace's parent cgroups stay
+		# after the last delete (rmdir keeps any that is still in use).
+		local cg
+		for cg in "/sys/fs/cgroup/$CTRD_NS" /sys/fs/cgroup/*/"$CTRD_NS"; do
+			[[ -d $cg ]] && rmdir "$cg" 2>/dev/null
+		done
 	fi
 	return 0
 }
