@@ -317,14 +317,14 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     FB_ASSIGN(CgroupPlacement cgroups, create_cgroups(layout, plan.cgroups_path, spare_cgroup));
     trace::mark("create: cgroups placed");
     // Before clone, so the limits hold from the container's first instruction; on failure
-    // the placement guard removes the cgroups again. The device program's fd is closed once
-    // it is attached, so init never holds it.
+    // the placement guard removes the cgroups again.
     FB_TRY(apply_cgroup_writes(cgroup_writes, layout, cgroups.dirs()));
-    // cgroup v2's device program: the kernel takes ~0.5 ms to verify and JIT it, so it is
-    // loaded while init sets up (on the other CPU), and attached before init reports Ready,
+    // cgroup v2's device program: the kernel takes ~0.45 ms to verify and JIT it, so it is
+    // loaded while init sets up (on the other CPU) and attached before init reports Ready,
     // hence before `start` and the container's first instruction. Nothing of the container
     // runs before then, unless hooks run inside it (createContainer, startContainer): then
-    // it is attached first, as init's own device nodes are always allowed anyway.
+    // it is attached before the clone (init's own device nodes are allowed either way).
+    // Its fd is closed once attached, and never exists in init.
     bool device_program_while_init_works = device_program && plan.hooks.create_container.empty() &&
                                            plan.hooks.start_container.empty();
     if (device_program && !device_program_while_init_works)
