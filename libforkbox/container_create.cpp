@@ -166,13 +166,11 @@ int activation_fds() {
     return n > 0 ? n : 0;
 }
 
-// Drives init from Go to Ready, doing while_init_works (if any) right after Go. Returns
-// init's pid (the clone child, or the grandchild the intermediate process forked).
+// Drives init from Go (sent already) to Ready, doing while_init_works (if any) first.
+// Returns init's pid (the clone child, or the grandchild the intermediate process forked).
 Result<pid_t> drive_init(pid_t child, bool intermediate, int sync_fd, const Plan& plan, ContainerState& state,
                          std::optional<ChildGuard>& init_guard, const oci::Seccomp* seccomp,
                          const std::function<Result<void>()>& while_init_works) {
-    state.pid = child;
-    FB_TRY(sync_send(sync_fd, SyncType::Go, 0, hook_state_json(state, "created")));
     if (while_init_works) FB_TRY(while_init_works());
     pid_t init_pid = intermediate ? 0 : child;
     for (;;) {
@@ -376,6 +374,7 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     std::fflush(nullptr);
     trace::mark("create: clone");
     pid_t child;
+    Result<void> go;
     {
         // Otherwise init inherits the template's namespaces from us: we enter them for the
         // clone only, so hooks still run in the runtime's own namespaces.
@@ -388,10 +387,18 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
             parent_end.reset();
             container_init(args);
         }
+        // Go before the way back out of the template's namespaces (a setns each): init
+        // starts its work meanwhile.
+        if (child > 0) {
+            state.pid = child;
+            go = sync_send(parent_end.get(), SyncType::Go, 0, hook_state_json(state, "created"));
+            trace::mark("create: go");
+        }
     }
     if (child < 0) return sys_error("clone container init");
     trace::mark("create: cloned");
     ChildGuard child_guard(child);
+    if (!go) return std::unexpected(go.error().wrap("start container init"));
     std::optional<ChildGuard> init_guard;
     // The child's end is the child's now: keeping a copy would hide its exit from recv().
     child_end.reset();
@@ -401,7 +408,6 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     // Placement is done: clone3 put the child in the v2 cgroup, and it joins the v1
     // hierarchies itself through these fds (see join_v1_cgroups).
     task_files.clear();
-    trace::mark("create: go");
     std::function<Result<void>()> while_init_works;
     if (device_program_while_init_works)
         while_init_works = [&] { return apply_device_program(*device_program, layout, cgroups.dirs()); };
