@@ -78,6 +78,31 @@ device_programs() {
 	bpftool cgroup show "$V2$CG" | awk '$2 == "cgroup_device" || $2 == "device" { print $1, $NF }'
 }
 
+# start_v2_daemon SOCK: a zygote daemon warmed with $BUNDLE, in the same pure v2 view (a
+# private mount namespace of its own), up with its two templates (namespaces, rootfs) ready.
+# teardown stops it.
+start_v2_daemon() {
+	unshare --mount --propagation private -- sh -c \
+		'umount -R /sys/fs/cgroup 2>/dev/null; mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec "$@"' \
+		sh "$FORKBOX" daemon --socket "$1" --pool 1 --warm "$BUNDLE" </dev/null >/dev/null 2>"$BATS_TEST_TMPDIR/daemon.err" 3>&- 4>&- &
+	DAEMON_PID=$!
+	local i stats=
+	for i in $(seq 100); do
+		stats=$("$FORKBOX" daemon --socket "$1" --stats 2>/dev/null) && [[ $stats == *"ready=2 "* ]] && return 0
+		sleep 0.05
+	done
+	fail "no warm templates: $stats $(cat "$BATS_TEST_TMPDIR/daemon.err")"
+}
+
+# program_tag: the tag (a hash of its instructions) of the one device program attached to
+# the container's cgroup.
+program_tag() {
+	local ids
+	mapfile -t ids < <(device_programs | cut -d" " -f1)
+	[[ ${#ids[@]} -eq 1 ]] || { echo "expected one device program, got ${#ids[@]}" >&2; return 1; }
+	bpftool prog show id "${ids[0]}" | sed -n 's/.* tag \([0-9a-f]*\).*/\1/p'
+}
+
 @test "create puts init straight into its own v2 cgroup; start runs it; delete removes the cgroup" {
 	set_args /bin/sh -c 'cat /proc/self/cgroup; echo done'
 	create_container "$CID"
@@ -338,17 +363,7 @@ device_programs() {
 	set_args /bin/sh -c 'cat /proc/self/cgroup; ls /sys/fs/cgroup/cgroup.procs; grep -E " - cgroup2? " /proc/self/mountinfo | cut -d" " -f4- | sort'
 	runtime run --bundle "$BUNDLE" "$CID" >"$BATS_TEST_TMPDIR/cold" 2>&1 || fail "cold run: $(cat "$BATS_TEST_TMPDIR/cold")"
 	local sock=$BATS_TEST_TMPDIR/zygote.sock
-	# The daemon sees the same pure v2 view, in a private mount namespace of its own.
-	unshare --mount --propagation private -- sh -c \
-		'umount -R /sys/fs/cgroup 2>/dev/null; mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec "$@"' \
-		sh "$FORKBOX" daemon --socket "$sock" --pool 1 --warm "$BUNDLE" </dev/null >/dev/null 2>"$BATS_TEST_TMPDIR/daemon.err" 3>&- 4>&- &
-	DAEMON_PID=$!
-	local i stats=
-	for i in $(seq 100); do
-		stats=$("$FORKBOX" daemon --socket "$sock" --stats 2>/dev/null) && [[ $stats == *"ready=2 "* ]] && break
-		sleep 0.05
-	done
-	[[ $stats == *"ready=2 "* ]] || fail "no warm templates: $stats $(cat "$BATS_TEST_TMPDIR/daemon.err")"
+	start_v2_daemon "$sock"
 	runtime --zygote="$sock" --debug run --bundle "$BUNDLE" "$CID" >"$BATS_TEST_TMPDIR/warm" 2>"$BATS_TEST_TMPDIR/warm.err"
 	grep -q "zygote: warm rootfs" "$BATS_TEST_TMPDIR/warm.err" || fail "no rootfs template: $(cat "$BATS_TEST_TMPDIR/warm.err")"
 	diff "$BATS_TEST_TMPDIR/cold" "$BATS_TEST_TMPDIR/warm" || fail "a rootfs template differs from a cold container"
@@ -358,4 +373,28 @@ device_programs() {
 	assert_line "/sys/fs/cgroup/cgroup.procs"
 	assert_line --regexp "^/ /sys/fs/cgroup ro,.* - cgroup2 cgroup rw"
 	refute_line --partial "$CID"
+}
+
+@test "zygote: a rootfs template brings the device program loaded, the same program a cold create loads" {
+	skip_if_runc "zygote mode is forkbox's own"
+	command -v bpftool >/dev/null || skip "bpftool is missing (apt-get install bpftool)"
+	device_node loopctl 10 237
+	set_device_rules '[{"allow": false, "access": "rwm"}]'
+	set_args /bin/sh -c 'if (: </tmp/loopctl) 2>/dev/null; then echo read-ok; else echo denied; fi'
+	create_container "$CID"
+	local cold_tag
+	cold_tag=$(program_tag) || fail "cold: $cold_tag"
+	runtime delete --force "$CID"
+	local sock=$BATS_TEST_TMPDIR/zygote.sock
+	start_v2_daemon "$sock"
+	runtime --zygote="$sock" --debug create --bundle "$BUNDLE" "$CID" \
+		</dev/null >"$BATS_TEST_TMPDIR/$CID.out" 2>"$BATS_TEST_TMPDIR/$CID.err" 3>&- 4>&-
+	grep -q "zygote: warm rootfs.* and its device program loaded" "$BATS_TEST_TMPDIR/$CID.err" ||
+		fail "no device program from the template: $(cat "$BATS_TEST_TMPDIR/$CID.err")"
+	local warm_tag
+	warm_tag=$(program_tag) || fail "warm: $warm_tag"
+	[[ -n $cold_tag && $warm_tag == "$cold_tag" ]] || fail "device programs differ: cold $cold_tag, warm $warm_tag"
+	run runtime start "$CID"
+	assert_success
+	wait_for_output "$CID" denied
 }

@@ -97,12 +97,26 @@ Result<unique_fd> bpf_prog_get_fd_by_id(uint32_t id) {
     return unique_fd(static_cast<int>(fd));
 }
 
+Result<bpf_prog_type> bpf_prog_type_of(int prog_fd) {
+    bpf_prog_info info{};
+    bpf_attr attr{};
+    attr.info.bpf_fd = static_cast<uint32_t>(prog_fd);
+    attr.info.info_len = sizeof info;
+    attr.info.info = ptr(&info);
+    if (bpf(BPF_OBJ_GET_INFO_BY_FD, attr) < 0) return sys_error("bpf: program info");
+    return static_cast<bpf_prog_type>(info.type);
+}
+
 Result<void> replace_cgroup_device_program(const std::string& dir, const std::vector<bpf_insn>& insns) {
+    FB_ASSIGN(unique_fd prog, bpf_prog_load(BPF_PROG_TYPE_CGROUP_DEVICE, insns, kDeviceProgramName));
+    return replace_cgroup_device_program(dir, prog.get());
+}
+
+Result<void> replace_cgroup_device_program(const std::string& dir, int prog_fd) {
     unique_fd cgroup(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!cgroup) return sys_error("open cgroup " + dir);
     FB_ASSIGN(std::vector<uint32_t> old_ids, bpf_prog_query(cgroup.get(), BPF_CGROUP_DEVICE));
-    FB_ASSIGN(unique_fd prog, bpf_prog_load(BPF_PROG_TYPE_CGROUP_DEVICE, insns, kDeviceProgramName));
-    FB_TRY_CTX(bpf_prog_attach(cgroup.get(), prog.get(), BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI), dir);
+    FB_TRY_CTX(bpf_prog_attach(cgroup.get(), prog_fd, BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI), dir);
     for (uint32_t id : old_ids) {
         auto old = bpf_prog_get_fd_by_id(id);
         // Gone already (detached by someone else in between): nothing to do.

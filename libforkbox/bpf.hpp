@@ -26,6 +26,9 @@ Result<void> bpf_prog_detach(int cgroup_fd, int prog_fd, bpf_attach_type type);
 // Ids of the programs attached to this cgroup itself (not those it inherits).
 Result<std::vector<uint32_t>> bpf_prog_query(int cgroup_fd, bpf_attach_type type);
 Result<unique_fd> bpf_prog_get_fd_by_id(uint32_t id);
+// BPF_OBJ_GET_INFO_BY_FD: the type of the program behind `prog_fd` (an error when it is
+// not a BPF program).
+Result<bpf_prog_type> bpf_prog_type_of(int prog_fd);
 
 // Makes `insns` the one device program of the cgroup directory `dir`: loads it, attaches
 // it with BPF_F_ALLOW_MULTI (a manager's programs on parent cgroups keep applying), then
@@ -33,5 +36,7 @@ Result<unique_fd> bpf_prog_get_fd_by_id(uint32_t id);
 // stacks. The new program is attached before the old ones go, so no access slips through
 // in between. No fd outlives the call: the cgroup holds the program.
 Result<void> replace_cgroup_device_program(const std::string& dir, const std::vector<bpf_insn>& insns);
+// The same with a program loaded already (the zygote daemon's, for a warm container).
+Result<void> replace_cgroup_device_program(const std::string& dir, int prog_fd);
 
 }  // namespace forkbox

@@ -334,12 +334,25 @@ Result<std::optional<std::vector<bpf_insn>>> plan_device_program(const oci::Reso
     return program;
 }
 
-Result<void> apply_device_program(const std::vector<bpf_insn>& program, const CgroupLayout& layout,
-                                  const std::vector<std::string>& dirs) {
+namespace {
+Result<std::string> v2_dir(const CgroupLayout& layout, const std::vector<std::string>& dirs) {
     const CgroupHierarchy* u = layout.unified();
     size_t h = u ? static_cast<size_t>(u - layout.hierarchies.data()) : dirs.size();
     if (h >= dirs.size()) return fail(EINVAL, "cgroup: device program: no cgroup v2 directory");
-    FB_TRY_CTX(replace_cgroup_device_program(dirs[h], program), "cgroup: linux.resources.devices");
+    return dirs[h];
+}
+}  // namespace
+
+Result<void> apply_device_program(const std::vector<bpf_insn>& program, const CgroupLayout& layout,
+                                  const std::vector<std::string>& dirs) {
+    FB_ASSIGN(std::string dir, v2_dir(layout, dirs));
+    FB_TRY_CTX(replace_cgroup_device_program(dir, program), "cgroup: linux.resources.devices");
+    return {};
+}
+
+Result<void> apply_device_program(int prog_fd, const CgroupLayout& layout, const std::vector<std::string>& dirs) {
+    FB_ASSIGN(std::string dir, v2_dir(layout, dirs));
+    FB_TRY_CTX(replace_cgroup_device_program(dir, prog_fd), "cgroup: linux.resources.devices");
     return {};
 }
 

@@ -63,5 +63,7 @@ Result<std::optional<std::vector<bpf_insn>>> plan_device_program(const oci::Reso
 // hierarchies) in place of the device program attached there before.
 Result<void> apply_device_program(const std::vector<bpf_insn>& program, const CgroupLayout& layout,
                                   const std::vector<std::string>& dirs);
+// The same with the program loaded already (the zygote daemon's, for a warm container).
+Result<void> apply_device_program(int prog_fd, const CgroupLayout& layout, const std::vector<std::string>& dirs);
 
 }  // namespace forkbox

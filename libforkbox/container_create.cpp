@@ -121,7 +121,8 @@ public:
         auto t = pending_->take();
         if (t)
             log::debug(std::string("zygote: warm ") + (t->mount_namespace ? "rootfs" : "namespaces") +
-                       (t->v1_cgroups_bound ? " with its v1 cgroups bound" : ""));
+                       (t->v1_cgroups_bound ? " with its v1 cgroups bound" : "") +
+                       (t->device_program ? " and its device program loaded" : ""));
         return t;
     }
 
@@ -299,9 +300,11 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     std::vector<OpenNamespace> warm;
     std::string spare_cgroup;
     unique_fd template_mount_ns;
+    unique_fd warm_device_program;  // loaded by the daemon from this very config
     if (warm_template) {
         warm = std::move(warm_template->namespaces);
         spare_cgroup = warm_template->spare_cgroup;
+        warm_device_program = std::move(warm_template->device_program);
         if (warm_template->mount_namespace) {
             // init joins the mount namespace itself; we enter the pid namespace for the clone.
             template_mount_ns = std::move(warm_template->mount_namespace);
@@ -322,11 +325,17 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     // hence before `start` and the container's first instruction. Nothing of the container
     // runs before then, unless hooks run inside it (createContainer, startContainer): then
     // it is attached before the clone (init's own device nodes are allowed either way).
-    // Its fd is closed once attached, and never exists in init.
-    bool device_program_while_init_works = device_program && plan.hooks.create_container.empty() &&
-                                           plan.hooks.start_container.empty();
-    if (device_program && !device_program_while_init_works)
+    // A rootfs template brings it loaded (the daemon made it from this config, the
+    // fingerprint says): attached now. Its fd is closed once attached, never in init.
+    bool device_program_while_init_works = device_program && !warm_device_program &&
+                                           plan.hooks.create_container.empty() && plan.hooks.start_container.empty();
+    if (device_program && warm_device_program) {
+        FB_TRY(apply_device_program(warm_device_program.get(), layout, cgroups.dirs()));
+        warm_device_program.reset();
+    } else if (device_program && !device_program_while_init_works) {
         FB_TRY(apply_device_program(*device_program, layout, cgroups.dirs()));
+    }
+    warm_device_program.reset();
     state.cgroup_dirs = cgroups.dirs();
     state.cgroup_dirs_created = cgroups.created();
     trace::mark("create: cgroups made");

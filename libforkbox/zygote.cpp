@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "libforkbox/bpf.hpp"
 #include "libforkbox/hash.hpp"
 #include "libforkbox/log.hpp"
 #include "libforkbox/unix_socket.hpp"
@@ -242,6 +243,7 @@ std::string encode_reply(const Reply& r) {
     if (!r.spare.empty()) out += " " + r.spare;
     if (r.rootfs) out += " rootfs";
     if (r.rootfs && r.v1_cgroups_bound) out += " cgroups";
+    if (r.rootfs && r.device_program) out += " devices";
     return out;
 }
 
@@ -257,8 +259,10 @@ Result<Reply> decode_reply(std::string_view text) {
         std::string_view word = rest.substr(0, space);
         if (word == "rootfs" && !r.rootfs) {
             r.rootfs = true;
-        } else if (word == "cgroups" && r.rootfs && !r.v1_cgroups_bound && !r.spare.empty()) {
+        } else if (word == "cgroups" && r.rootfs && !r.v1_cgroups_bound && !r.device_program && !r.spare.empty()) {
             r.v1_cgroups_bound = true;
+        } else if (word == "devices" && r.rootfs && !r.device_program) {
+            r.device_program = true;
         } else if (valid_spare_name(word) && r.spare.empty() && !r.rootfs) {
             r.spare = std::string(word);
         } else {
@@ -288,10 +292,10 @@ std::optional<Template> PendingTemplate::take() {
     int key = key_;
     auto attempt = [&]() -> Result<Template> {
         std::vector<unique_fd> fds;
-        FB_ASSIGN(std::string reply, receive(sock.get(), fds, static_cast<size_t>(namespace_count(key)) + 2));
+        FB_ASSIGN(std::string reply, receive(sock.get(), fds, static_cast<size_t>(namespace_count(key)) + 3));
         if (reply == "none") return fail(ENOENT, "no warm template for this container");
         FB_ASSIGN(Reply decoded, decode_reply(reply));
-        size_t want = static_cast<size_t>(namespace_count(key)) + (decoded.rootfs ? 2 : 0);
+        size_t want = static_cast<size_t>(namespace_count(key)) + (decoded.rootfs ? 2 : 0) + decoded.device_program;
         if (decoded.key != key || fds.size() != want || (decoded.rootfs && !rootfs_asked_))
             return fail(EPROTO, "unexpected reply from the zygote daemon: " + reply);
         Template out;
@@ -315,6 +319,13 @@ std::optional<Template> PendingTemplate::take() {
                 return fail(EPROTO, "the zygote daemon sent a wrong namespace fd");
             out.mount_namespace = std::move(fds[next]);
             out.pid_namespace = std::move(fds[next + 1]);
+            next += 2;
+        }
+        if (decoded.device_program) {
+            auto type = bpf_prog_type_of(fds[next].get());
+            if (!type || *type != BPF_PROG_TYPE_CGROUP_DEVICE)
+                return fail(EPROTO, "the zygote daemon sent a wrong device program fd");
+            out.device_program = std::move(fds[next]);
         }
         return out;
     };

@@ -170,6 +170,22 @@ TEST(ZygoteProtocol, RepliesSayWhetherTheTemplateHasARootfs) {
     EXPECT_FALSE(decode_reply("ok 1 rootfs .zygote-1-2"));
 }
 
+TEST(ZygoteProtocol, RepliesSayWhetherADeviceProgramComesWithARootfsTemplate) {
+    auto r = decode_reply(encode_reply({CLONE_NEWNET, spare_name(1, 2), true, true, true}));
+    ASSERT_TRUE(r);
+    EXPECT_TRUE(r->v1_cgroups_bound);
+    EXPECT_TRUE(r->device_program);
+    auto v2 = decode_reply(encode_reply({CLONE_NEWNET, "", true, false, true}));
+    ASSERT_TRUE(v2);
+    EXPECT_TRUE(v2->device_program);
+    EXPECT_FALSE(v2->v1_cgroups_bound);
+    // Only with a rootfs template, once, and after "cgroups".
+    EXPECT_EQ(encode_reply({CLONE_NEWNET, "", false, false, true}), "ok " + std::to_string(CLONE_NEWNET));
+    EXPECT_FALSE(decode_reply("ok 1 devices"));
+    EXPECT_FALSE(decode_reply("ok 1 rootfs devices devices"));
+    EXPECT_FALSE(decode_reply("ok 1 .zygote-1-2 rootfs devices cgroups"));
+}
+
 namespace {
 Plan rootfs_plan() {
     Plan p;
