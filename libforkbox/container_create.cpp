@@ -329,12 +329,10 @@ Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt
     // fingerprint says): attached now. Its fd is closed once attached, never in init.
     bool device_program_while_init_works = device_program && !warm_device_program &&
                                            plan.hooks.create_container.empty() && plan.hooks.start_container.empty();
-    if (device_program && warm_device_program) {
+    if (device_program && warm_device_program)
         FB_TRY(apply_device_program(warm_device_program.get(), layout, cgroups.dirs()));
-        warm_device_program.reset();
-    } else if (device_program && !device_program_while_init_works) {
+    else if (device_program && !device_program_while_init_works)
         FB_TRY(apply_device_program(*device_program, layout, cgroups.dirs()));
-    }
     warm_device_program.reset();
     state.cgroup_dirs = cgroups.dirs();
     state.cgroup_dirs_created = cgroups.created();
