@@ -22,11 +22,11 @@ LIBS := -lseccomp -lyajl -lcap -lboost_program_options
 # per invocation, and create/start/delete are each an invocation on the critical path.
 STATIC_LIBS := -static -lseccomp -lyajl_s -lcap -lboost_program_options
 
-LIB_SRCS := $(sort $(wildcard oci/*.cpp libforkbox/*.cpp))
+LIB_SRCS := $(sort $(wildcard oci/*.cpp libforkbox/*.cpp libforkbox/*/*.cpp))
 CMD_SRCS := $(sort $(wildcard cmd/*.cpp))
 TEST_SRCS := $(sort $(wildcard tests/*.cpp))
 # exec_stub_blob.o carries the exec stub's bytes (see the rules for $(BUILD)/exec-stub).
-LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o) $(BUILD)/obj/libforkbox/exec_stub_blob.o
+LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o) $(BUILD)/obj/libforkbox/process/exec_stub_blob.o
 CMD_OBJS := $(CMD_SRCS:%.cpp=$(BUILD)/obj/%.o)
 TEST_OBJS := $(TEST_SRCS:%.cpp=$(BUILD)/obj/%.o)
 
@@ -67,18 +67,18 @@ $(BUILD)/obj/cmd/main.o: FB_CXXFLAGS += -DFORKBOX_COMMIT='"$(COMMIT)"'
 .PHONY: FORCE
 FORCE:
 
-# The exec stub (libforkbox/exec_guard.hpp says why): freestanding, no libc, ~2 KB, one
+# The exec stub (libforkbox/process/exec_guard.hpp says why): freestanding, no libc, ~2 KB, one
 # read+exec segment. Fixed flags: sanitizer or PIE flags must never reach it.
 STUB_CFLAGS := -Os -ffreestanding -fno-builtin -fno-stack-protector -fno-pie -no-pie \
 	-fno-asynchronous-unwind-tables -fno-unwind-tables -nostdlib -static -s \
 	-Wl,--build-id=none -Wl,-z,noexecstack -Wl,-z,norelro -Wl,-z,noseparate-code \
 	-Wall -Wextra -Werror
-$(BUILD)/exec-stub: libforkbox/exec_stub.c
+$(BUILD)/exec-stub: libforkbox/process/exec_stub.c
 	@mkdir -p $(BUILD)
 	$(CC) $(STUB_CFLAGS) -o $@ $<
 
 # Embeds the stub: .incbin finds $(BUILD)/exec-stub through -I$(BUILD).
-$(BUILD)/obj/libforkbox/exec_stub_blob.o: libforkbox/exec_stub_blob.S $(BUILD)/exec-stub
+$(BUILD)/obj/libforkbox/process/exec_stub_blob.o: libforkbox/process/exec_stub_blob.S $(BUILD)/exec-stub
 	@mkdir -p $(dir $@)
 	$(CC) -c -I$(BUILD) -o $@ $<
 

@@ -1,4 +1,4 @@
-// exec-stub-cost: what the exec guard (libforkbox/exec_guard.hpp) adds to a container start,
+// exec-stub-cost: what the exec guard (libforkbox/process/exec_guard.hpp) adds to a container start,
 // in-process and alternating: fork + execve(PROGRAM) + wait against fork +
 // exec_through_stub(PROGRAM) + wait, and make_exec_stub() on its own. Prints p10, median
 // and p90 in us.
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "bench/timing.hpp"
-#include "libforkbox/exec_guard.hpp"
+#include "libforkbox/process/exec_guard.hpp"
 
 using namespace forkbox;
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "bench/timing.hpp"
-#include "oci/json.hpp"
+#include "libforkbox/base/json.hpp"
 #include "oci/parse.hpp"
 
 using namespace forkbox;

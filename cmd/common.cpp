@@ -2,7 +2,7 @@
 
 #include <iostream>
 
-#include "libforkbox/log.hpp"
+#include "libforkbox/base/log.hpp"
 
 namespace forkbox::cmd {
 

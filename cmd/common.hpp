@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "libforkbox/error.hpp"
-#include "libforkbox/state.hpp"
+#include "libforkbox/base/error.hpp"
+#include "libforkbox/container/state.hpp"
 
 namespace forkbox::cmd {
 

@@ -2,11 +2,11 @@
 #include <iostream>
 
 #include "cmd/common.hpp"
-#include "libforkbox/plan.hpp"
-#include "libforkbox/seccomp_cache.hpp"
-#include "libforkbox/state.hpp"
-#include "libforkbox/zygote.hpp"
-#include "libforkbox/zygote_daemon.hpp"
+#include "libforkbox/container/state.hpp"
+#include "libforkbox/plan/plan.hpp"
+#include "libforkbox/seccomp/cache.hpp"
+#include "libforkbox/zygote/daemon.hpp"
+#include "libforkbox/zygote/zygote.hpp"
 #include "oci/config_text.hpp"
 #include "oci/parse.hpp"
 

@@ -3,7 +3,7 @@
 #include <cerrno>
 
 #include "cmd/common.hpp"
-#include "libforkbox/events.hpp"
+#include "libforkbox/container/events.hpp"
 
 namespace forkbox::cmd {
 

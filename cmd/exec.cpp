@@ -1,7 +1,7 @@
 #include <set>
 
 #include "cmd/common.hpp"
-#include "libforkbox/container.hpp"
+#include "libforkbox/container/container.hpp"
 
 namespace forkbox::cmd {
 

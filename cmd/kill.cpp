@@ -1,5 +1,5 @@
 #include "cmd/common.hpp"
-#include "libforkbox/container.hpp"
+#include "libforkbox/container/container.hpp"
 #include "oci/linux_names.hpp"
 
 namespace forkbox::cmd {

@@ -2,8 +2,8 @@
 #include <iostream>
 
 #include "cmd/common.hpp"
-#include "libforkbox/container.hpp"
-#include "oci/json.hpp"
+#include "libforkbox/base/json.hpp"
+#include "libforkbox/container/container.hpp"
 
 namespace forkbox::cmd {
 

@@ -9,9 +9,9 @@
 #include <string_view>
 
 #include "cmd/common.hpp"
-#include "libforkbox/zygote.hpp"
-#include "libforkbox/log.hpp"
-#include "libforkbox/trace.hpp"
+#include "libforkbox/base/log.hpp"
+#include "libforkbox/base/trace.hpp"
+#include "libforkbox/zygote/zygote.hpp"
 #include "oci/spec.hpp"
 
 using namespace forkbox;

@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "cmd/common.hpp"
-#include "libforkbox/container.hpp"
-#include "libforkbox/fd.hpp"
+#include "libforkbox/base/fd.hpp"
+#include "libforkbox/container/container.hpp"
 
 extern char** environ;
 

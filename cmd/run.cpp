@@ -1,5 +1,5 @@
 #include "cmd/common.hpp"
-#include "libforkbox/container.hpp"
+#include "libforkbox/container/container.hpp"
 
 namespace forkbox::cmd {
 

@@ -1,7 +1,7 @@
 #include <iostream>
 
 #include "cmd/common.hpp"
-#include "libforkbox/container.hpp"
+#include "libforkbox/container/container.hpp"
 
 namespace forkbox::cmd {
 

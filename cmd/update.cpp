@@ -2,7 +2,7 @@
 #include <iterator>
 
 #include "cmd/common.hpp"
-#include "libforkbox/container.hpp"
+#include "libforkbox/container/container.hpp"
 #include "oci/parse.hpp"
 
 namespace forkbox::cmd {

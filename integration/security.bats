@@ -252,7 +252,7 @@ use_default_seccomp() {
 # ---------------------------------------------------------------------------------------
 # CVE-2019-5736 class, the exec half (issue #3): the host's runtime binary behind
 # /proc/self/exe. forkbox's container process is a fork of the forkbox binary, so its
-# final exec goes through a sealed memfd stub (libforkbox/exec_guard.hpp): a program
+# final exec goes through a sealed memfd stub (libforkbox/process/exec_guard.hpp): a program
 # starting "#!/proc/self/exe" must get the stub as its interpreter, never the host file.
 # Each test runs the runtime from a copy in its tmpdir and compares the copy's sha256
 # before and after, so a failure damages only the copy.

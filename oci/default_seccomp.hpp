@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "oci/json.hpp"
+#include "libforkbox/base/json.hpp"
 #include "oci/spec.hpp"
 
 namespace forkbox::oci {

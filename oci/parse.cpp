@@ -5,7 +5,7 @@
 
 #include <cerrno>
 
-#include "libforkbox/fd.hpp"
+#include "libforkbox/base/files.hpp"
 #include "oci/parse_internal.hpp"
 
 namespace forkbox::oci {
@@ -289,19 +289,7 @@ Result<Spec> parse_config(std::string_view json_text) {
 }
 
 Result<Spec> load_config(const std::string& path) {
-    unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) return sys_error("open " + path);
-    std::string text;
-    char buf[16384];
-    for (;;) {
-        ssize_t n = ::read(fd.get(), buf, sizeof buf);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return sys_error("read " + path);  // EISDIR for a directory
-        }
-        if (n == 0) break;
-        text.append(buf, static_cast<size_t>(n));
-    }
+    FB_ASSIGN(std::string text, read_file(path));  // EISDIR for a directory
     auto spec = parse_config(text);
     if (!spec) return std::unexpected(std::move(spec.error()).wrap(path));
     return spec;

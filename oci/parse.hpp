@@ -8,8 +8,8 @@
 #include <string>
 #include <string_view>
 
-#include "libforkbox/error.hpp"
-#include "oci/json.hpp"
+#include "libforkbox/base/error.hpp"
+#include "libforkbox/base/json.hpp"
 #include "oci/spec.hpp"
 
 namespace forkbox::oci {

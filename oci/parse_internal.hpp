@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "oci/json.hpp"
+#include "libforkbox/base/json.hpp"
 #include "oci/spec.hpp"
 
 namespace forkbox::oci::detail {

@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "libforkbox/base/json.hpp"
 #include "oci/default_seccomp.hpp"
-#include "oci/json.hpp"
 #include "oci/spec.hpp"
 
 namespace forkbox::oci {

@@ -7,7 +7,7 @@
 
 #include <string_view>
 
-#include "libforkbox/error.hpp"
+#include "libforkbox/base/error.hpp"
 #include "oci/spec.hpp"
 
 namespace forkbox::oci {

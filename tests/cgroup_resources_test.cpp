@@ -1,4 +1,4 @@
-#include "libforkbox/cgroup_resources.hpp"
+#include "libforkbox/cgroup/resources.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "libforkbox/cgroup_stats.hpp"
+#include "libforkbox/cgroup/stats.hpp"
 
 #include <gtest/gtest.h>
 
@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <limits>
 
-#include "libforkbox/cgroup_oom.hpp"
-#include "libforkbox/events.hpp"
-#include "oci/json.hpp"
+#include "libforkbox/base/json.hpp"
+#include "libforkbox/cgroup/oom.hpp"
+#include "libforkbox/container/events.hpp"
 
 namespace forkbox {
 namespace {

@@ -1,4 +1,4 @@
-#include "libforkbox/cgroups.hpp"
+#include "libforkbox/cgroup/cgroups.hpp"
 
 #include <gtest/gtest.h>
 

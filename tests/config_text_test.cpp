@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "oci/json.hpp"
+#include "libforkbox/base/json.hpp"
 #include "oci/parse.hpp"
 #include "oci/spec_template.hpp"
 

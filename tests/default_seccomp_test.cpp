@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "libforkbox/seccomp.hpp"
+#include "libforkbox/seccomp/seccomp.hpp"
 #include "oci/parse.hpp"
 #include "oci/spec_template.hpp"
 #include "oci/validate.hpp"

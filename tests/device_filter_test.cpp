@@ -1,4 +1,4 @@
-#include "libforkbox/device_filter.hpp"
+#include "libforkbox/cgroup/device_filter.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "libforkbox/bpf.hpp"
-#include "libforkbox/cgroup_resources.hpp"
+#include "libforkbox/cgroup/bpf.hpp"
+#include "libforkbox/cgroup/resources.hpp"
 
 using namespace forkbox;
 

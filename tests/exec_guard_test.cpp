@@ -1,6 +1,6 @@
 // exec_guard: the embedded stub image, the sealed memfd, and exec through the stub in a
 // forked child (no root needed).
-#include "libforkbox/exec_guard.hpp"
+#include "libforkbox/process/exec_guard.hpp"
 
 #include <elf.h>
 #include <fcntl.h>
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "libforkbox/seccomp.hpp"
+#include "libforkbox/seccomp/seccomp.hpp"
 
 using namespace forkbox;
 

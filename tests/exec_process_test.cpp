@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "libforkbox/container.hpp"
+#include "libforkbox/container/container.hpp"
 
 using namespace forkbox;
 

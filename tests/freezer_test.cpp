@@ -1,4 +1,4 @@
-#include "libforkbox/freezer.hpp"
+#include "libforkbox/cgroup/freezer.hpp"
 
 #include <gtest/gtest.h>
 

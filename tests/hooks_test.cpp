@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "libforkbox/hooks.hpp"
+#include "libforkbox/process/hooks.hpp"
 
 using forkbox::config_may_have_hooks;
 

@@ -1,4 +1,4 @@
-#include "oci/json.hpp"
+#include "libforkbox/base/json.hpp"
 
 #include <gtest/gtest.h>
 

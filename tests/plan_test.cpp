@@ -1,4 +1,4 @@
-#include "libforkbox/plan.hpp"
+#include "libforkbox/plan/plan.hpp"
 
 #include <gtest/gtest.h>
 #include <sched.h>

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "libforkbox/caps.hpp"
-#include "libforkbox/namespaces.hpp"
-#include "libforkbox/process.hpp"
+#include "libforkbox/process/caps.hpp"
+#include "libforkbox/process/namespaces.hpp"
+#include "libforkbox/process/process.hpp"
 
 using namespace forkbox;
 using namespace forkbox::oci;

@@ -1,4 +1,4 @@
-#include "libforkbox/seccomp_bpf.hpp"
+#include "libforkbox/seccomp/evaluate.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/syscall.h>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "libforkbox/seccomp.hpp"
+#include "libforkbox/seccomp/seccomp.hpp"
 #include "tests/seccomp_rules.hpp"
 
 using namespace forkbox;

@@ -1,4 +1,4 @@
-#include "libforkbox/seccomp_cache.hpp"
+#include "libforkbox/seccomp/cache.hpp"
 
 #include <gtest/gtest.h>
 #include <dirent.h>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "libforkbox/state.hpp"
+#include "libforkbox/container/state.hpp"
 #include "oci/default_seccomp.hpp"
 
 using namespace forkbox;

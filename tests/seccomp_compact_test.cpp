@@ -1,4 +1,4 @@
-#include "libforkbox/seccomp_compact.hpp"
+#include "libforkbox/seccomp/compact.hpp"
 
 #include <gtest/gtest.h>
 #include <linux/audit.h>
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "libforkbox/seccomp.hpp"
-#include "libforkbox/seccomp_bpf.hpp"
+#include "libforkbox/seccomp/evaluate.hpp"
+#include "libforkbox/seccomp/seccomp.hpp"
 #include "oci/default_seccomp.hpp"
 #include "tests/seccomp_rules.hpp"
 

@@ -1,4 +1,4 @@
-#include "libforkbox/seccomp.hpp"
+#include "libforkbox/seccomp/seccomp.hpp"
 
 #include <gtest/gtest.h>
 

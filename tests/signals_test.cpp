@@ -5,7 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "libforkbox/signals.hpp"
+#include "libforkbox/process/signals.hpp"
 
 using namespace forkbox;
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <string>
 
-#include "oci/features.hpp"
-#include "oci/json.hpp"
+#include "libforkbox/base/json.hpp"
+#include "libforkbox/features.hpp"
 #include "oci/linux_names.hpp"
 #include "oci/parse.hpp"
 #include "oci/validate.hpp"

@@ -1,4 +1,5 @@
-#include "libforkbox/state.hpp"
+#include "libforkbox/base/clock.hpp"
+#include "libforkbox/container/state.hpp"
 
 #include <gtest/gtest.h>
 

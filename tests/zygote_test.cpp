@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "libforkbox/zygote.hpp"
+#include "libforkbox/zygote/zygote.hpp"
 
 using namespace forkbox;
 using namespace forkbox::zygote;

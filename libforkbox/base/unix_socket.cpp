@@ -1,0 +1,63 @@
+#include "libforkbox/base/unix_socket.hpp"
+
+#include <sys/socket.h>
+
+#include <cstring>
+
+namespace forkbox {
+
+Result<void> send_with_fds(int sock, std::string_view data, std::span<const int> fds, std::string_view what) {
+    constexpr size_t kMaxFds = 8;
+    if (fds.size() > kMaxFds) return fail(EINVAL, std::string(what) + ": too many fds");
+    iovec iov{const_cast<char*>(data.data()), data.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (!fds.empty()) {
+        msg.msg_control = control;
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+        cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+        std::memcpy(CMSG_DATA(cm), fds.data(), sizeof(int) * fds.size());
+    }
+    ssize_t n;
+    do n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) return sys_error(std::string(what));
+    return {};
+}
+
+Result<std::string> receive_with_fds(int sock, std::vector<unique_fd>& fds, std::string_view what) {
+    constexpr size_t kMaxFds = 8;
+    char buf[4096];
+    iovec iov{buf, sizeof buf};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    ssize_t n;
+    do n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) return sys_error(std::string(what));
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+        size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; ++i) {
+            int f;
+            std::memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof f);
+            fds.emplace_back(f);
+        }
+    }
+    if (msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) {
+        fds.clear();
+        return fail(EPROTO, std::string(what) + ": truncated message");
+    }
+    return std::string(buf, static_cast<size_t>(n));
+}
+
+}  // namespace forkbox

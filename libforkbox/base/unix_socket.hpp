@@ -1,0 +1,21 @@
+// Unix sockets: passing fds with a message (SCM_RIGHTS) and receiving them.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "libforkbox/base/error.hpp"
+#include "libforkbox/base/fd.hpp"
+
+namespace forkbox {
+
+// Sends `data` with `fds` attached in one message (retries EINTR; no SIGPIPE).
+Result<void> send_with_fds(int sock, std::string_view data, std::span<const int> fds, std::string_view what);
+
+// Receives one message (at most 4 KiB) and up to 8 fds sent with it (close-on-exec). A
+// truncated message or fd list is an error (EPROTO); the fds that did arrive are closed.
+Result<std::string> receive_with_fds(int sock, std::vector<unique_fd>& fds, std::string_view what);
+
+}  // namespace forkbox

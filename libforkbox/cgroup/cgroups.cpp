@@ -1,0 +1,278 @@
+#include "libforkbox/cgroup/cgroups.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+
+#include "libforkbox/base/files.hpp"
+
+namespace forkbox {
+
+const CgroupHierarchy* CgroupLayout::unified() const {
+    for (const auto& h : hierarchies)
+        if (h.unified) return &h;
+    return nullptr;
+}
+
+namespace {
+std::vector<std::string_view> split(std::string_view s, char sep) {
+    std::vector<std::string_view> out;
+    size_t i = 0;
+    while (i <= s.size()) {
+        size_t j = s.find(sep, i);
+        if (j == std::string_view::npos) j = s.size();
+        out.push_back(s.substr(i, j - i));
+        i = j + 1;
+    }
+    return out;
+}
+}  // namespace
+
+CgroupLayout parse_cgroup_layout(std::string_view mountinfo) {
+    CgroupLayout layout;
+    std::set<std::string> seen_controllers;
+    bool any_v1 = false, any_v2 = false;
+    for (auto line : split(mountinfo, '\n')) {
+        if (line.empty()) continue;
+        // id parent maj:min root mountpoint options [optional...] - fstype source superopts
+        auto dash = line.find(" - ");
+        if (dash == std::string_view::npos) continue;
+        auto left = split(line.substr(0, dash), ' ');
+        auto right = split(line.substr(dash + 3), ' ');
+        if (left.size() < 5 || right.size() < 3) continue;
+        std::string_view root = left[3], mountpoint = left[4], fstype = right[0], super = right[2];
+        if (root != "/") continue;  // a bind of a sub-cgroup (inside a container): not a root
+        CgroupHierarchy h;
+        h.mountpoint = std::string(mountpoint);
+        if (fstype == "cgroup2") {
+            if (any_v2) continue;
+            h.unified = true;
+            any_v2 = true;
+        } else if (fstype == "cgroup") {
+            std::string ctrls;
+            for (auto opt : split(super, ',')) {
+                if (opt == "rw" || opt == "ro" || opt.empty() || opt == "clone_children" ||
+                    opt == "noprefix" || opt == "xattr" || opt.starts_with("release_agent=") ||
+                    opt == "cpuset_v2_mode" || opt == "favordynmods")
+                    continue;
+                if (!ctrls.empty()) ctrls += ',';
+                ctrls += opt;
+            }
+            if (ctrls.empty() || !seen_controllers.insert(ctrls).second) continue;
+            h.controllers = ctrls;
+            any_v1 = true;
+        } else {
+            continue;
+        }
+        layout.hierarchies.push_back(std::move(h));
+    }
+    if (any_v1 && any_v2)
+        layout.mode = CgroupMode::Hybrid;
+    else if (any_v1)
+        layout.mode = CgroupMode::V1;
+    else if (any_v2)
+        layout.mode = CgroupMode::V2;
+    return layout;
+}
+
+Result<CgroupLayout> detect_cgroup_layout() {
+    FB_ASSIGN(auto text, read_file("/proc/self/mountinfo"));
+    return parse_cgroup_layout(text);
+}
+
+bool hierarchy_has(const CgroupHierarchy& h, std::string_view controller) {
+    if (h.unified) return false;
+    for (auto c : split(h.controllers, ','))
+        if (c == controller) return true;
+    return false;
+}
+
+namespace {
+bool under(const std::string& dir, const std::string& mountpoint) {
+    return dir == mountpoint || (dir.size() > mountpoint.size() && dir.starts_with(mountpoint) &&
+                                 (mountpoint.ends_with('/') || dir[mountpoint.size()] == '/'));
+}
+}  // namespace
+
+std::optional<std::string> cgroup_dir_in(const CgroupLayout& layout, const CgroupHierarchy& h,
+                                         const std::vector<std::string>& dirs) {
+    for (const auto& d : dirs) {
+        if (!under(d, h.mountpoint)) continue;
+        bool deeper = false;
+        for (const auto& other : layout.hierarchies)
+            if (&other != &h && other.mountpoint.size() > h.mountpoint.size() && under(d, other.mountpoint))
+                deeper = true;
+        if (!deeper) return d;
+    }
+    return std::nullopt;
+}
+
+std::optional<ControllerDir> controller_dir(const CgroupLayout& layout, const std::vector<std::string>& dirs,
+                                            std::string_view controller) {
+    for (const auto& h : layout.hierarchies) {
+        if (!hierarchy_has(h, controller)) continue;
+        if (auto d = cgroup_dir_in(layout, h, dirs)) return ControllerDir{*d, false};
+    }
+    if (const auto* u = layout.unified())
+        if (auto d = cgroup_dir_in(layout, *u, dirs)) return ControllerDir{*d, true};
+    return std::nullopt;
+}
+
+namespace {
+// A new v1 cpuset starts with empty cpus and mems, and attaching a task to it fails with
+// ENOSPC: copy the parent's values first, as runc does.
+}  // namespace
+
+Result<void> inherit_cpuset(const std::string& dir) {
+    std::string parent = dir.substr(0, dir.find_last_of('/'));
+    for (const char* file : {"cpuset.cpus", "cpuset.mems"}) {
+        auto value = read_file(parent + "/" + file);
+        if (!value) return std::unexpected(value.error());
+        std::string path = dir + "/" + file;
+        unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+        if (!fd) return sys_error("open " + path);
+        if (!value->empty() && ::write(fd.get(), value->data(), value->size()) < 0)
+            return sys_error("write " + path);
+    }
+    return {};
+}
+
+CgroupPlacement::~CgroupPlacement() {
+    if (!committed_ && !created_.empty()) (void)remove_cgroups(created_);
+}
+
+Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::string& path,
+                                       const std::string& spare) {
+    CgroupPlacement p;
+    // Spares under the parent that no hierarchy renamed are removed, success or not.
+    std::string parent = path.substr(0, path.find_last_of('/'));
+    std::vector<std::string> unused_spares;
+    struct RemoveUnused {
+        std::vector<std::string>* dirs;
+        ~RemoveUnused() {
+            for (const auto& d : *dirs) ::rmdir(d.c_str());
+        }
+    } remove_unused{&unused_spares};
+    p.spare_taken_everywhere_ = !spare.empty();
+    for (const auto& h : layout.hierarchies) {
+        bool is_cpuset = hierarchy_has(h, "cpuset");
+        std::string dir = h.mountpoint;
+        if (!spare.empty() && !h.unified) {
+            // The zygote daemon's spare (parent made, cpuset filled): one rename.
+            std::string spare_dir = h.mountpoint + parent + "/" + spare;
+            std::string leaf = h.mountpoint + path;
+            if (::rename(spare_dir.c_str(), leaf.c_str()) == 0) {
+                p.created_.push_back(leaf);
+                p.dirs_.push_back(leaf);
+                continue;
+            }
+            unused_spares.push_back(spare_dir);
+            p.spare_taken_everywhere_ = false;
+        }
+        size_t i = 1;
+        while (i <= path.size()) {
+            size_t j = path.find('/', i);
+            if (j == std::string::npos) j = path.size();
+            if (j > i) {
+                dir += "/";
+                dir.append(path, i, j - i);
+                if (::mkdir(dir.c_str(), 0755) == 0) {
+                    p.created_.push_back(dir);
+                    if (is_cpuset) FB_TRY(inherit_cpuset(dir));
+                } else if (errno != EEXIST) {
+                    return sys_error("create cgroup " + dir);
+                }
+            }
+            i = j + 1;
+        }
+        p.dirs_.push_back(dir);
+        if (h.unified) {
+            p.unified_fd_.reset(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+            if (!p.unified_fd_) return sys_error("open cgroup " + dir);
+        }
+    }
+    return p;
+}
+
+void remove_spare_cgroups(const CgroupLayout& layout, const std::string& parent, const std::string& spare) {
+    if (spare.empty()) return;
+    std::string under = parent == "/" ? "" : parent;
+    for (const auto& h : layout.hierarchies)
+        if (!h.unified) ::rmdir((h.mountpoint + under + "/" + spare).c_str());
+}
+
+Result<void> remove_cgroups(const std::vector<std::string>& created) {
+    std::vector<std::string> dirs = created;
+    // Children before parents: longest paths first.
+    std::sort(dirs.begin(), dirs.end(),
+              [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+    auto is_leaf = [&](const std::string& d) {
+        for (const auto& other : dirs)
+            if (other.size() > d.size() && other.starts_with(d) && other[d.size()] == '/') return false;
+        return true;
+    };
+    Result<void> result;
+    for (const auto& d : dirs) {
+        bool leaf = is_leaf(d);
+        int tries = 0;
+        while (::rmdir(d.c_str()) < 0) {
+            if (errno == ENOENT) break;
+            // A parent we made may since hold other containers' cgroups: leave it.
+            if (!leaf && (errno == EBUSY || errno == ENOTEMPTY)) break;
+            // A leaf stays busy for a moment while the kernel releases exited tasks.
+            // Back off from 50 us up to 10 ms, about 2 s in all.
+            if (errno == EBUSY && ++tries < 220) {
+                long us = std::min(50L << std::min(tries, 8), 10000L);
+                struct timespec ts {0, us * 1000};
+                nanosleep(&ts, nullptr);
+                continue;
+            }
+            if (result) result = sys_error("remove cgroup " + d);
+            break;
+        }
+    }
+    return result;
+}
+
+Result<std::vector<unique_fd>> CgroupPlacement::open_v1_task_files(const CgroupLayout& layout) const {
+    std::vector<unique_fd> fds;
+    for (size_t i = 0; i < layout.hierarchies.size() && i < dirs_.size(); ++i) {
+        if (layout.hierarchies[i].unified) continue;
+        std::string path = dirs_[i] + "/tasks";
+        unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+        if (!fd) return sys_error("open " + path);
+        fds.push_back(std::move(fd));
+    }
+    return fds;
+}
+
+Result<void> join_v1_cgroups(const std::vector<int>& task_fds) {
+    for (int fd : task_fds) {
+        if (::write(fd, "0", 1) < 0) return sys_error("join cgroup");
+        ::close(fd);
+    }
+    return {};
+}
+
+std::vector<pid_t> cgroup_pids(const std::string& dir) {
+    std::vector<pid_t> pids;
+    auto text = read_file(dir + "/cgroup.procs");
+    if (!text) return pids;
+    const char* p = text->c_str();
+    while (*p) {
+        char* end;
+        long v = std::strtol(p, &end, 10);
+        if (end == p) break;
+        if (v > 0) pids.push_back(static_cast<pid_t>(v));
+        p = end;
+        while (*p == '\n') ++p;
+    }
+    return pids;
+}
+
+}  // namespace forkbox

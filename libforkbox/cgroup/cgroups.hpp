@@ -1,0 +1,110 @@
+// cgroup placement on v1, v2 and hybrid hosts behind one interface. The layout is read once
+// per invocation from /proc/self/mountinfo. Limits (linux.resources) are not applied yet.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "libforkbox/base/error.hpp"
+#include "libforkbox/base/fd.hpp"
+
+namespace forkbox {
+
+struct CgroupHierarchy {
+    std::string mountpoint;   // /sys/fs/cgroup/memory, /sys/fs/cgroup/unified, /sys/fs/cgroup
+    bool unified = false;     // cgroup2
+    std::string controllers;  // v1 super options naming the controllers: "memory", "name=systemd"
+};
+
+enum class CgroupMode { None, V1, V2, Hybrid };
+
+struct CgroupLayout {
+    CgroupMode mode = CgroupMode::None;
+    std::vector<CgroupHierarchy> hierarchies;
+    const CgroupHierarchy* unified() const;
+};
+
+// True when h is a v1 hierarchy mounted with `controller` ("memory", "cpuacct", "name=systemd").
+bool hierarchy_has(const CgroupHierarchy& h, std::string_view controller);
+
+// The dir among a container's cgroup dirs that lies in hierarchy h (pure). The longest
+// mountpoint wins, so a v1 mount below a v2 one (/sys/fs/cgroup/memory under /sys/fs/cgroup)
+// is not mistaken for it.
+std::optional<std::string> cgroup_dir_in(const CgroupLayout& layout, const CgroupHierarchy& h,
+                                         const std::vector<std::string>& dirs);
+
+// Where a controller's files are for a container (pure): its dir in the v1 hierarchy mounted
+// with `controller`, else its dir in the v2 hierarchy (whose files then exist only when the
+// controller is enabled there); nullopt when it has neither.
+struct ControllerDir {
+    std::string dir;
+    bool unified = false;
+};
+std::optional<ControllerDir> controller_dir(const CgroupLayout& layout, const std::vector<std::string>& dirs,
+                                            std::string_view controller);
+
+// Parses mountinfo text (pure, unit-tested).
+CgroupLayout parse_cgroup_layout(std::string_view mountinfo);
+Result<CgroupLayout> detect_cgroup_layout();
+
+// The container's cgroup directories, one per hierarchy. Removes what it created if the
+// scope is left before commit().
+class CgroupPlacement {
+public:
+    CgroupPlacement() = default;
+    CgroupPlacement(CgroupPlacement&&) = default;
+    CgroupPlacement& operator=(CgroupPlacement&&) = default;
+    ~CgroupPlacement();
+
+    const std::vector<std::string>& dirs() const { return dirs_; }
+    const std::vector<std::string>& created() const { return created_; }
+    // O_PATH fd of the v2 directory for clone3(CLONE_INTO_CGROUP), or -1.
+    int unified_fd() const { return unified_fd_.get(); }
+    void commit() { committed_ = true; }
+    // Whether a zygote spare became the container's cgroup in every v1 hierarchy.
+    bool spare_taken_everywhere() const { return spare_taken_everywhere_; }
+
+    // Write-only fds of the v1 hierarchies' `tasks` files, for join_v1_cgroups in the child.
+    Result<std::vector<unique_fd>> open_v1_task_files(const CgroupLayout& layout) const;
+
+    friend Result<CgroupPlacement> create_cgroups(const CgroupLayout&, const std::string&, const std::string&);
+
+private:
+    std::vector<std::string> dirs_;
+    std::vector<std::string> created_;  // parents first
+    unique_fd unified_fd_;
+    bool committed_ = false;
+    bool spare_taken_everywhere_ = false;
+};
+
+// Moves the calling (single-threaded) process into each cgroup by writing "0" to the `tasks`
+// files opened by the parent. Moving oneself this way skips the global threadgroup lock a
+// write of another pid to cgroup.procs takes, which costs an RCU grace period (~10-35 ms
+// on v1 hosts); the kernel checks permission against the opener's (root's) credentials.
+Result<void> join_v1_cgroups(const std::vector<int>& task_fds);
+
+// Makes (mkdir -p) the cgroup at `path` (absolute, relative to each hierarchy's root). With
+// `spare`, the name of a zygote template's spare cgroup under path's parent, each v1
+// hierarchy renames the spare instead; spares not renamed are removed.
+Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::string& path,
+                                       const std::string& spare = {});
+
+// A zygote template's spare cgroup that no container will take (named `spare` under the
+// cgroup parent `parent`, zygote::cgroup_parent): removed from every v1 hierarchy.
+void remove_spare_cgroups(const CgroupLayout& layout, const std::string& parent, const std::string& spare);
+
+// A new v1 cpuset cgroup starts with no cpus and no memory nodes: copies its parent's.
+Result<void> inherit_cpuset(const std::string& dir);
+
+// Removes directories forkbox created, children first; retries briefly while the kernel
+// is still releasing exited tasks (EBUSY).
+Result<void> remove_cgroups(const std::vector<std::string>& created);
+
+// Pids listed in <dir>/cgroup.procs.
+std::vector<pid_t> cgroup_pids(const std::string& dir);
+
+}  // namespace forkbox

@@ -1,0 +1,115 @@
+// Container lifecycle: create, start, run, kill, delete, state, list. Each verb of the CLI
+// calls exactly one of these.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "libforkbox/base/error.hpp"
+#include "libforkbox/base/fd.hpp"
+#include "libforkbox/container/state.hpp"
+#include "oci/spec.hpp"
+
+namespace forkbox {
+
+struct CreateOptions {
+    std::string id;
+    std::string bundle = ".";
+    std::string pid_file;
+    std::string console_socket;
+    bool no_pivot = false;
+    bool no_new_keyring = false;
+    int preserve_fds = 0;
+    // Zygote mode: the daemon's socket, or empty (then only the container's
+    // run.forkbox.zygote=true annotation turns it on, with the default socket).
+    std::string zygote_socket;
+};
+
+enum class Status { Creating, Created, Running, Paused, Stopped };
+const char* status_name(Status s);
+
+// A container as `state` and `list` report it.
+struct ContainerInfo {
+    ContainerState state;
+    Status status = Status::Stopped;
+};
+
+// Creates the container and leaves init waiting on the exec fifo. Returns init's pid.
+// With process.terminal and no console socket, a foreground caller passes pty_master and
+// gets the pty's master side there.
+Result<pid_t> create_container(const StateStore& store, const CreateOptions& options,
+                               unique_fd* pty_master = nullptr);
+Result<void> start_container(const StateStore& store, const std::string& id);
+Result<void> kill_container(const StateStore& store, const std::string& id, int signal, bool all);
+// Freezes every process of a running container (its cgroup's freezer); "container not
+// running" otherwise. resume_container thaws a paused one; "container not paused" otherwise.
+Result<void> pause_container(const StateStore& store, const std::string& id);
+Result<void> resume_container(const StateStore& store, const std::string& id);
+// Pids in the container's cgroup (`ps`); "container is not running" once it has stopped.
+Result<std::vector<pid_t>> container_pids(const StateStore& store, const std::string& id);
+Result<void> delete_container(const StateStore& store, const std::string& id, bool force);
+// Writes new limits into a running (or paused, or created) container's cgroup.
+Result<void> update_container(const StateStore& store, const std::string& id, const oci::Resources& resources);
+Result<ContainerInfo> container_info(const StateStore& store, const std::string& id);
+Result<std::vector<ContainerInfo>> list_containers(const StateStore& store);
+
+// The OCI state document (runtime.md) plus runc's extra fields, indented like runc.
+std::string state_document(const ContainerInfo& info, bool pretty);
+
+struct RunOptions {
+    CreateOptions create;
+    bool detach = false;
+    bool keep = false;
+};
+
+// create + start + wait, forwarding signals; returns the container's exit code
+// (128 + N when killed by signal N), or 0 with detach.
+Result<int> run_container(const StateStore& store, const RunOptions& options);
+
+// `exec`: a new process in a running container. Either a whole process.json (--process)
+// or the container's own process with runc's per-field overrides.
+struct ExecOptions {
+    std::string id;
+    std::string process_file;  // "-" is stdin
+    std::vector<std::string> args;
+    std::vector<std::string> env;  // appended to the container's
+    std::optional<std::string> cwd;
+    std::optional<std::string> user;  // "uid[:gid]"
+    std::vector<uint32_t> additional_gids;
+    std::vector<std::string> caps;  // added to the bounding, effective, permitted and ambient sets
+    bool no_new_privs = false;
+    std::optional<bool> tty;
+    bool detach = false;
+    std::string pid_file;
+    std::string console_socket;
+    int preserve_fds = 0;
+    std::string process_label;  // SELinux
+    std::string apparmor;
+};
+
+// The process exec runs (pure): --process parsed, or `base` with the overrides applied.
+Result<oci::Process> exec_process(const oci::Process& base, const ExecOptions& options,
+                                  std::string_view process_json = {});
+
+// Runs the process in the container's namespaces, cgroups and seccomp filter. Returns its
+// exit code (128 + N when killed by signal N), or 0 with detach once it is running.
+Result<int> exec_container(const StateStore& store, const ExecOptions& options);
+
+// The state document hooks get on stdin (runtime.md "State"), with the given status.
+std::string hook_state_json(const ContainerState& s, const char* status);
+
+// Runs the poststop hooks of a container that has stopped: a failing one is a warning and
+// the others still run (runtime-spec).
+void run_poststop_hooks(const std::vector<oci::Hook>& hooks, const ContainerState& s);
+
+// Status from a saved state: liveness of pid+start time and whether the exec fifo remains.
+// A live container whose freezer is frozen is Paused (one read of its freezer state).
+Status derive_status(const ContainerState& s, bool fifo_exists);
+
+}  // namespace forkbox

@@ -1,0 +1,561 @@
+// `create`: Spec -> validate -> Plan -> clone init and drive it through the sync protocol.
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <optional>
+
+#include "libforkbox/base/clock.hpp"
+#include "libforkbox/base/json.hpp"
+#include "libforkbox/base/log.hpp"
+#include "libforkbox/base/syscalls.hpp"
+#include "libforkbox/base/trace.hpp"
+#include "libforkbox/cgroup/cgroups.hpp"
+#include "libforkbox/cgroup/resources.hpp"
+#include "libforkbox/container/container.hpp"
+#include "libforkbox/container/init.hpp"
+#include "libforkbox/container/seccomp_agent.hpp"
+#include "libforkbox/plan/plan.hpp"
+#include "libforkbox/process/exec_guard.hpp"
+#include "libforkbox/process/hooks.hpp"
+#include "libforkbox/process/namespaces.hpp"
+#include "libforkbox/process/pidfd.hpp"
+#include "libforkbox/process/sync.hpp"
+#include "libforkbox/process/terminal.hpp"
+#include "libforkbox/seccomp/cache.hpp"
+#include "libforkbox/seccomp/seccomp.hpp"
+#include "libforkbox/zygote/zygote.hpp"
+#include "oci/config_text.hpp"
+#include "oci/parse.hpp"
+#include "oci/validate.hpp"
+
+namespace forkbox {
+
+namespace {
+
+// Removes a half-made container directory unless dismissed.
+struct ContainerDirGuard {
+    ContainerDir* dir;
+    bool armed = true;
+    ~ContainerDirGuard() {
+        if (armed) (void)dir->remove();
+    }
+};
+
+Result<std::string> absolute_bundle(const std::string& bundle) {
+    char* real = ::realpath(bundle.c_str(), nullptr);
+    if (!real) return sys_error("bundle " + bundle);
+    std::string out(real);
+    std::free(real);
+    struct stat st;
+    if (::stat(out.c_str(), &st) < 0 || !S_ISDIR(st.st_mode)) return fail(ENOTDIR, "bundle " + bundle + " is not a directory");
+    return out;
+}
+
+struct LoadedConfig {
+    oci::Spec spec;
+    std::string text;
+    std::string seccomp_json;  // linux.seccomp's text when a scan found it (the cache key)
+    // The compiled program, found in the cache without parsing the profile: then
+    // spec.linux->seccomp stays empty (a profile with notify rules is always parsed).
+    std::optional<SeccompProgram> cached_seccomp;
+};
+
+Result<LoadedConfig> load_bundle_config(const std::string& bundle, const std::string& root) {
+    LoadedConfig c;
+    std::string path = bundle + "/config.json";
+    auto text = read_file(path);
+    if (!text) {
+        if (text.error().errnum() == ENOENT) return fail(ENOENT, "JSON specification file " + path + " not found");
+        return std::unexpected(text.error());
+    }
+    c.text = std::move(*text);
+    trace::mark("create: config read");
+    if (auto member = oci::split_seccomp_member(c.text)) {
+        c.seccomp_json = std::string(member->profile);
+        // Validation of a profile depends on the profile alone, and the cache holds only
+        // profiles that passed it: the rest of the config is parsed and validated as usual.
+        auto program = find_cached_seccomp(member->profile, root);
+        if (program && !program->wants_listener()) {
+            auto spec = oci::parse_config(member->rest);
+            if (spec && !(spec->linux && spec->linux->seccomp) && oci::validate(*spec)) {
+                trace::mark("create: config parsed");
+                log::debug("seccomp: the profile's program is cached; the profile is not parsed");
+                c.spec = std::move(*spec);
+                c.cached_seccomp = std::move(*program);
+                return c;
+            }
+            // Anything odd: the whole text is parsed below and reports its own errors.
+        }
+    }
+    auto spec = oci::parse_config(c.text);
+    trace::mark("create: config parsed");
+    if (!spec) return std::unexpected(spec.error().wrap("config.json"));
+    c.spec = std::move(*spec);
+    FB_TRY_CTX(oci::validate(c.spec), "config.json");
+    return c;
+}
+
+// A zygote template asked for as soon as the Plan is known, so that the daemon answers
+// while create writes its state, and taken right before the cgroups (which consume its
+// spares). Dropped untaken, when create fails in between, the reply is still read and
+// its spare cgroups removed: nothing is left behind.
+class WarmTemplateRequest {
+public:
+    WarmTemplateRequest(std::optional<zygote::PendingTemplate> pending, std::string cgroup_parent)
+        : pending_(std::move(pending)), cgroup_parent_(std::move(cgroup_parent)) {}
+    WarmTemplateRequest(const WarmTemplateRequest&) = delete;
+    WarmTemplateRequest& operator=(const WarmTemplateRequest&) = delete;
+    ~WarmTemplateRequest() {
+        if (!pending_ || pending_->answered()) return;
+        auto unused = pending_->take();
+        if (!unused || unused->spare_cgroup.empty()) return;
+        if (auto layout = detect_cgroup_layout()) remove_spare_cgroups(*layout, cgroup_parent_, unused->spare_cgroup);
+    }
+    std::optional<zygote::Template> take() {
+        if (!pending_) return std::nullopt;
+        auto t = pending_->take();
+        if (t)
+            log::debug(std::string("zygote: warm ") + (t->mount_namespace ? "rootfs" : "namespaces") +
+                       (t->v1_cgroups_bound ? " with its v1 cgroups bound" : "") +
+                       (t->device_program ? " and its device program loaded" : ""));
+        return t;
+    }
+
+private:
+    std::optional<zygote::PendingTemplate> pending_;
+    std::string cgroup_parent_;
+};
+
+// Asks the zygote daemon for a template for this plan, when zygote mode is on; nothing is
+// asked otherwise (the cold path makes namespaces and cgroups).
+std::optional<zygote::PendingTemplate> ask_warm_template(const CreateOptions& opt, const oci::Spec& spec,
+                                                         const Plan& plan, const std::string& config_text) {
+    std::string socket = opt.zygote_socket;
+    if (socket.empty()) {
+        auto a = spec.annotations.find(zygote::kAnnotation);
+        if (a == spec.annotations.end() || a->second != "true") return std::nullopt;
+        socket = zygote::default_socket_path();
+    }
+    int key = zygote::template_key(plan);
+    if (key == 0) {
+        log::debug("zygote: cold path: no template fits this container (a joined user namespace, or no id maps)");
+        return std::nullopt;
+    }
+    zygote::Request request;
+    request.key = key;
+    request.cgroup_parent = zygote::cgroup_parent(plan.cgroups_path);
+    if (key & CLONE_NEWUSER) request.id_maps = zygote::encode_id_maps(plan.uid_mappings, plan.gid_mappings);
+    // --no-pivot asks for a rootfs built another way than a template's.
+    if (!opt.no_pivot && zygote::rootfs_template_fits(plan)) {
+        request.rootfs_fingerprint = zygote::config_fingerprint(config_text);
+        request.rootfs_bundle = plan.bundle;
+    }
+    return zygote::PendingTemplate::ask(socket, request);
+}
+
+// sd_listen_fds(3): sockets passed to forkbox by socket activation (fds 3..3+N-1).
+int activation_fds() {
+    const char* pid = std::getenv("LISTEN_PID");
+    const char* fds = std::getenv("LISTEN_FDS");
+    if (!pid || !fds || std::atol(pid) != ::getpid()) return 0;
+    int n = std::atoi(fds);
+    return n > 0 ? n : 0;
+}
+
+// Drives init from Go (sent already) to Ready, doing while_init_works (if any) first.
+// Returns init's pid (the clone child, or the grandchild the intermediate process forked).
+Result<pid_t> drive_init(pid_t child, bool intermediate, int sync_fd, const Plan& plan, ContainerState& state,
+                         std::optional<ChildGuard>& init_guard, const oci::Seccomp* seccomp,
+                         const std::function<Result<void>()>& while_init_works) {
+    if (while_init_works) FB_TRY(while_init_works());
+    pid_t init_pid = intermediate ? 0 : child;
+    for (;;) {
+        auto msg = sync_recv(sync_fd);
+        if (!msg) {
+            if (msg.error().errnum() == EPIPE) return fail(EPIPE, "container init exited during setup");
+            return std::unexpected(msg.error());
+        }
+        switch (msg->type) {
+        case SyncType::UsernsReady:
+            FB_TRY(write_id_mappings(child, plan.uid_mappings, plan.gid_mappings));
+            FB_TRY(sync_send(sync_fd, SyncType::UsernsDone));
+            break;
+        case SyncType::InitPid:
+            init_pid = msg->value;
+            init_guard.emplace(init_pid);
+            state.pid = init_pid;
+            break;
+        case SyncType::RuntimeHooks: {
+            std::string hs = hook_state_json(state, "created");
+            FB_TRY(run_hooks(plan.hooks.prestart, hs, "prestart", state.bundle));
+            FB_TRY(run_hooks(plan.hooks.create_runtime, hs, "createRuntime", state.bundle));
+            FB_TRY(sync_send(sync_fd, SyncType::RuntimeHooksDone));
+            break;
+        }
+        case SyncType::SeccompListener: {
+            if (!seccomp || !msg->fd) return fail(EPROTO, "sync: unexpected seccomp listener");
+            std::string doc = container_process_state(state, "creating", init_pid > 0 ? init_pid : child,
+                                                      seccomp->listener_metadata);
+            FB_TRY(hand_listener_to_agent(seccomp->listener_path, msg->fd.get(), doc));
+            FB_TRY(sync_send(sync_fd, SyncType::SeccompListenerDone));
+            break;
+        }
+        case SyncType::Ready:
+            if (init_pid <= 0) return fail(EPROTO, "sync: init ready before its pid was known");
+            return init_pid;
+        case SyncType::Error: return fail(msg->value, msg->payload);
+        default:
+            return fail(EPROTO, std::string("sync: unexpected message ") + sync_type_name(msg->type));
+        }
+    }
+}
+
+// What the warm path brings in place of what the cold path makes itself: the template's
+// fresh namespaces (a rootfs template's mount namespace with the rootfs built, and the pid
+// namespace its /proc shows), its spare cgroups, and the device program the daemon loaded.
+// The cold path is this, empty: both executors run the same Plan through the same phases.
+struct WarmStart {
+    std::vector<OpenNamespace> namespaces;
+    unique_fd mount_namespace;  // init joins it itself
+    std::string spare_cgroup;
+    unique_fd device_program;  // loaded by the daemon from this very config
+    bool v1_cgroups_bound = false;
+
+    static WarmStart from(std::optional<zygote::Template> t) {
+        WarmStart w;
+        if (!t) return w;
+        w.namespaces = std::move(t->namespaces);
+        w.spare_cgroup = std::move(t->spare_cgroup);
+        w.device_program = std::move(t->device_program);
+        w.v1_cgroups_bound = t->v1_cgroups_bound;
+        if (t->mount_namespace) {
+            // init joins the mount namespace itself; we enter the pid namespace for the clone.
+            w.mount_namespace = std::move(t->mount_namespace);
+            OpenNamespace pid;
+            pid.clone_flag = CLONE_NEWPID;
+            pid.path = "zygote template";
+            pid.fd = std::move(t->pid_namespace);
+            w.namespaces.push_back(std::move(pid));
+        }
+        return w;
+    }
+    // The CLONE_NEW* flags that come ready-made.
+    int clone_flags() const {
+        int flags = 0;
+        for (const auto& ns : namespaces) flags |= ns.clone_flag;
+        if (mount_namespace) flags |= CLONE_NEWNS;
+        return flags;
+    }
+};
+
+// One `create`, phase by phase. Members are declared in the order the phases make them, so
+// a failure at any step unwinds the rest in reverse: init and the intermediate are killed,
+// then the cgroups removed, then the container directory, then the zygote reply drained.
+class ContainerCreation {
+public:
+    ContainerCreation(const StateStore& store, const CreateOptions& opt, unique_fd* pty_master)
+        : store_(store), opt_(opt), pty_master_(pty_master) {}
+    ContainerCreation(const ContainerCreation&) = delete;
+    ContainerCreation& operator=(const ContainerCreation&) = delete;
+
+    // 1. config.json -> Spec -> validate -> Plan; in zygote mode, the template is asked for.
+    Result<void> load_and_plan();
+    // 2. What the process needs from us (activation fds, console), the seccomp program,
+    //    and the state directory with config.json, the exec fifo and a first state.json.
+    Result<void> prepare_state();
+    // 3. The cgroups: planned writes, the warm template taken (or not: cold), placement,
+    //    limits and the device program before the clone.
+    Result<void> place_cgroups();
+    // 4. Clone init into the namespaces (made, or the template's) and drive it to Ready.
+    Result<void> clone_and_drive_init();
+    // 5. The final state.json, --pid-file, the console; nothing is undone past here.
+    Result<pid_t> finish();
+
+private:
+    const oci::Spec& spec() const { return cfg_.spec; }
+    Result<void> clone_init(uint64_t flags);
+
+    const StateStore& store_;
+    const CreateOptions& opt_;
+    unique_fd* pty_master_;
+
+    // load_and_plan
+    std::string bundle_;
+    LoadedConfig cfg_;
+    bool terminal_ = false;
+    Plan plan_;
+    std::optional<WarmTemplateRequest> warm_request_;
+
+    // prepare_state
+    int preserve_fds_ = 0;
+    unique_fd console_fd_, console_peer_;  // the pty master's way out, and ours for a foreground run
+    std::optional<SeccompProgram> seccomp_;
+    std::optional<ContainerDir> dir_;
+    std::optional<ContainerDirGuard> dir_guard_;
+    ContainerState state_;
+
+    // place_cgroups
+    CgroupLayout layout_;
+    std::optional<std::vector<bpf_insn>> device_program_;
+    bool device_program_while_init_works_ = false;
+    WarmStart warm_;
+    CgroupPlacement cgroups_;
+
+    // clone_and_drive_init
+    std::vector<OpenNamespace> namespaces_;
+    unique_fd parent_end_, child_end_;
+    InitArgs args_;
+    pid_t child_ = -1;
+    std::optional<ChildGuard> child_guard_;
+    std::optional<ChildGuard> init_guard_;
+};
+
+Result<void> ContainerCreation::load_and_plan() {
+    FB_TRY(validate_container_id(opt_.id));
+    FB_ASSIGN(bundle_, absolute_bundle(opt_.bundle));
+    FB_ASSIGN(cfg_, load_bundle_config(bundle_, store_.root()));
+    terminal_ = spec().process && spec().process->terminal;
+    // Without a pty_master to fill, the container detaches from us: runc's rules apply.
+    if (!pty_master_ || !opt_.console_socket.empty())
+        FB_TRY(check_console_options(terminal_, true, opt_.console_socket));
+    if (!terminal_) pty_master_ = nullptr;
+    FB_ASSIGN(plan_, make_plan(spec(), PlanOptions{opt_.id, bundle_}));
+    trace::mark("create: planned");
+    // Zygote mode: asked now, taken before the cgroups; the daemon answers meanwhile.
+    warm_request_.emplace(ask_warm_template(opt_, spec(), plan_, cfg_.text), zygote::cgroup_parent(plan_.cgroups_path));
+    trace::mark("create: zygote asked");
+    if (!spec().process || plan_.process.args.empty()) return fail(EINVAL, "config.json: process.args must not be empty");
+    return {};
+}
+
+Result<void> ContainerCreation::prepare_state() {
+    preserve_fds_ = opt_.preserve_fds;
+    // Socket activation of forkbox itself passes the sockets on, as runc does.
+    if (int listen = activation_fds(); listen > 0) {
+        preserve_fds_ += listen;
+        plan_.process.env.push_back("LISTEN_FDS=" + std::to_string(listen));
+        plan_.process.env.push_back("LISTEN_PID=1");
+    }
+    // The pty master goes to the manager's console socket, or to us for a foreground run.
+    if (terminal_ && pty_master_) {
+        int sv[2];
+        if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return sys_error("console socketpair");
+        console_fd_.reset(sv[0]);
+        console_peer_.reset(sv[1]);
+    } else if (terminal_) {
+        FB_ASSIGN(console_fd_, connect_console_socket(opt_.console_socket));
+    }
+    // Compiled here, before clone: the child only hands the finished program to the kernel.
+    // Through the cache in the state root: compiling the default profile takes milliseconds.
+    // The root is made first, so even the first container of a new root fills the cache.
+    seccomp_ = std::move(cfg_.cached_seccomp);
+    if (!seccomp_ && spec().linux && spec().linux->seccomp) {
+        FB_TRY(store_.ensure_root());
+        auto program = compile_seccomp_cached(*spec().linux->seccomp, store_.root(), cfg_.seccomp_json);
+        if (!program) return std::unexpected(program.error().wrap("seccomp"));
+        seccomp_ = std::move(*program);
+    }
+    trace::mark("create: seccomp ready");
+
+    FB_ASSIGN(ContainerDir dir, store_.create(opt_.id));
+    dir_.emplace(std::move(dir));
+    dir_guard_.emplace(&*dir_);
+    FB_TRY(write_file_atomic(dir_->fd(), kConfigFile, cfg_.text, 0600));
+    if (::mknodat(dir_->fd(), kExecFifo, S_IFIFO | 0600, 0) < 0) return sys_error("create exec fifo");
+    // Any container user must be able to open the write end (runc uses 0622 too).
+    if (::fchmodat(dir_->fd(), kExecFifo, 0622, 0) < 0) return sys_error("chmod exec fifo");
+
+    state_.oci_version = spec().oci_version;
+    state_.id = opt_.id;
+    state_.bundle = bundle_;
+    state_.rootfs = plan_.rootfs;
+    state_.created = rfc3339_now();
+    state_.annotations = spec().annotations;
+    state_.own_pid_namespace = plan_.own_pid_namespace();
+    // A state file from the start, so `delete --force` can clean up after a crashed create.
+    FB_TRY(dir_->write_state(state_));
+    trace::mark("create: state written");
+    return {};
+}
+
+Result<void> ContainerCreation::place_cgroups() {
+    FB_ASSIGN(layout_, detect_cgroup_layout());
+    trace::mark("create: cgroup layout");
+    // Planned before any cgroup exists, so a limit this host cannot hold fails create cleanly.
+    std::vector<CgroupWrite> cgroup_writes;
+    if (spec().linux && spec().linux->resources) {
+        if (layout_.unified()) FB_TRY_CTX(load_v2_controllers(layout_), "cgroup");
+        FB_ASSIGN(cgroup_writes, plan_cgroup_writes(*spec().linux->resources, layout_, spec().linux->devices));
+        FB_ASSIGN(device_program_, plan_device_program(*spec().linux->resources, layout_, spec().linux->devices));
+    }
+    // Zygote mode: fresh namespaces and spare cgroups from a warm template instead of
+    // making them now. Taken right before the cgroups, which consume the spares.
+    warm_ = WarmStart::from(warm_request_->take());
+    trace::mark("create: zygote answered");
+    FB_ASSIGN(cgroups_, create_cgroups(layout_, plan_.cgroups_path, warm_.spare_cgroup));
+    trace::mark("create: cgroups placed");
+    // Before clone, so the limits hold from the container's first instruction; on failure
+    // the placement guard removes the cgroups again.
+    FB_TRY(apply_cgroup_writes(cgroup_writes, layout_, cgroups_.dirs()));
+    // cgroup v2's device program: the kernel takes ~0.45 ms to verify and JIT it, so it is
+    // loaded while init sets up (on the other CPU) and attached before init reports Ready,
+    // hence before `start` and the container's first instruction. Nothing of the container
+    // runs before then, unless hooks run inside it (createContainer, startContainer): then
+    // it is attached before the clone (init's own device nodes are allowed either way).
+    // A rootfs template brings it loaded (the daemon made it from this config, the
+    // fingerprint says): attached now. Its fd is closed once attached, never in init.
+    device_program_while_init_works_ = device_program_ && !warm_.device_program &&
+                                       plan_.hooks.create_container.empty() && plan_.hooks.start_container.empty();
+    if (device_program_ && warm_.device_program)
+        FB_TRY(apply_device_program(warm_.device_program.get(), layout_, cgroups_.dirs()));
+    else if (device_program_ && !device_program_while_init_works_)
+        FB_TRY(apply_device_program(*device_program_, layout_, cgroups_.dirs()));
+    warm_.device_program.reset();
+    state_.cgroup_dirs = cgroups_.dirs();
+    state_.cgroup_dirs_created = cgroups_.created();
+    trace::mark("create: cgroups made");
+    return {};
+}
+
+Result<void> ContainerCreation::clone_and_drive_init() {
+    FB_ASSIGN(namespaces_, open_namespaces(plan_.joins));
+    int warm_flags = warm_.clone_flags();
+
+    int sp[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) return sys_error("socketpair");
+    parent_end_.reset(sp[0]);
+    child_end_.reset(sp[1]);
+
+    args_.plan = &plan_;
+    args_.cgroup_layout = &layout_;
+    args_.cgroup_dirs = cgroups_.dirs();
+    FB_ASSIGN(std::vector<unique_fd> task_files, cgroups_.open_v1_task_files(layout_));
+    for (const auto& fd : task_files) args_.cgroup_task_fds.push_back(fd.get());
+    args_.namespaces = &namespaces_;
+    args_.sync_fd = child_end_.get();
+    args_.state_dir_fd = dir_->fd();
+    args_.lock_fd = dir_->lock_fd();
+    args_.no_pivot = opt_.no_pivot;
+    args_.new_keyring = !opt_.no_new_keyring;
+    args_.preserve_fds = preserve_fds_;
+    args_.console_fd = console_fd_.get();
+    // A template's user namespace cannot be visited for the clone (there is no way back out
+    // of one): the intermediate joins it, with the template's other namespaces, and makes
+    // the mount and pid namespaces inside it.
+    args_.intermediate = plan_.needs_intermediate() || (warm_flags & CLONE_NEWUSER);
+    args_.warm_namespaces = warm_flags;
+    args_.template_mount_ns = warm_.mount_namespace.get();
+    args_.template_v1_cgroups_bound = warm_.v1_cgroups_bound;
+    args_.template_v1_cgroups_ours = cgroups_.spare_taken_everywhere();
+    // On the intermediate path the template's namespaces are joined with the others.
+    if (args_.intermediate)
+        for (auto& ns : warm_.namespaces) namespaces_.push_back(std::move(ns));
+    if (seccomp_) args_.seccomp = &*seccomp_;
+    FB_ASSIGN(unique_fd exec_stub, make_exec_stub());
+    args_.exec_stub_fd = exec_stub.get();
+
+    // Namespaces come with the clone itself, except those init unshares later and, on the
+    // intermediate path, all of them (joins must happen first).
+    uint64_t flags = args_.intermediate ? 0 : (plan_.new_namespaces & ~(CLONE_NEWCGROUP | CLONE_NEWTIME | warm_flags));
+    FB_TRY(clone_init(flags));
+    // The child's end is the child's now: keeping a copy would hide its exit from recv().
+    child_end_.reset();
+    console_fd_.reset();
+    namespaces_.clear();
+    // Placement is done: clone3 put the child in the v2 cgroup, and it joins the v1
+    // hierarchies itself through these fds (see join_v1_cgroups).
+    task_files.clear();
+
+    std::function<Result<void>()> while_init_works;
+    if (device_program_while_init_works_)
+        while_init_works = [&] { return apply_device_program(*device_program_, layout_, cgroups_.dirs()); };
+    auto init_pid = drive_init(child_, args_.intermediate, parent_end_.get(), plan_, state_, init_guard_,
+                               spec().linux && spec().linux->seccomp ? &*spec().linux->seccomp : nullptr,
+                               while_init_works);
+    if (!init_pid) {
+        // Runtime-spec: a failed create-phase hook stops the container and the lifecycle
+        // continues with delete, which runs the poststop hooks.
+        child_guard_->kill_now();
+        init_guard_.reset();
+        run_poststop_hooks(plan_.hooks.poststop, state_);
+        return std::unexpected(init_pid.error());
+    }
+    if (args_.intermediate) {
+        // The intermediate exits right after reporting init's pid.
+        child_guard_->dismiss();
+        (void)wait_child(child_);
+    }
+    trace::mark("create: init ready");
+    state_.pid = *init_pid;
+    return {};
+}
+
+// Clones init (or the intermediate) and sends it Go.
+Result<void> ContainerCreation::clone_init(uint64_t flags) {
+    std::fflush(nullptr);
+    trace::mark("create: clone");
+    Result<void> go;
+    {
+        // Otherwise init inherits the template's namespaces from us: we enter them for the
+        // clone only, so hooks still run in the runtime's own namespaces.
+        std::optional<NamespaceVisit> visit;
+        if (!args_.intermediate && !warm_.namespaces.empty()) {
+            FB_ASSIGN(visit, NamespaceVisit::enter(warm_.namespaces));
+        }
+        child_ = sys::clone3_fork(flags, cgroups_.unified_fd());
+        if (child_ == 0) {  // inside the scope: the visit must end in the parent only
+            parent_end_.reset();
+            container_init(args_);
+        }
+        // Go before the way back out of the template's namespaces (a setns each): init
+        // starts its work meanwhile.
+        if (child_ > 0) {
+            state_.pid = child_;
+            go = sync_send(parent_end_.get(), SyncType::Go, 0, hook_state_json(state_, "created"));
+            trace::mark("create: go");
+        }
+    }
+    if (child_ < 0) return sys_error("clone container init");
+    trace::mark("create: cloned");
+    child_guard_.emplace(child_);
+    if (!go) return std::unexpected(go.error().wrap("start container init"));
+    return {};
+}
+
+Result<pid_t> ContainerCreation::finish() {
+    auto st = read_proc_stat(state_.pid);
+    if (!st) return fail(ESRCH, "container init exited during setup");
+    state_.pid_start_time = st->start_time;
+    FB_TRY(dir_->write_state(state_));
+    if (!opt_.pid_file.empty()) FB_TRY(write_pid_file(opt_.pid_file, state_.pid));
+    if (pty_master_) {
+        FB_ASSIGN(*pty_master_, receive_console_master(console_peer_.get()));
+    }
+    child_guard_->dismiss();
+    if (init_guard_) init_guard_->dismiss();
+    cgroups_.commit();
+    trace::mark("create: done");
+    dir_guard_->armed = false;
+    log::debug("created container " + opt_.id + " with init pid " + std::to_string(state_.pid));
+    return state_.pid;
+}
+
+}  // namespace
+
+Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt, unique_fd* pty_master) {
+    trace::mark("create: verb");
+    ContainerCreation creation(store, opt, pty_master);
+    FB_TRY(creation.load_and_plan());
+    FB_TRY(creation.prepare_state());
+    FB_TRY(creation.place_cgroups());
+    FB_TRY(creation.clone_and_drive_init());
+    return creation.finish();
+}
+
+}  // namespace forkbox

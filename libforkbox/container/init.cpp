@@ -1,0 +1,244 @@
+#include "libforkbox/container/init.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <linux/keyctl.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "libforkbox/base/syscalls.hpp"
+#include "libforkbox/base/trace.hpp"
+#include "libforkbox/container/seccomp_agent.hpp"
+#include "libforkbox/container/state.hpp"
+#include "libforkbox/mount/rootfs.hpp"
+#include "libforkbox/process/exec_guard.hpp"
+#include "libforkbox/process/hooks.hpp"
+#include "libforkbox/process/process.hpp"
+#include "libforkbox/process/signals.hpp"
+#include "libforkbox/process/sync.hpp"
+#include "libforkbox/process/terminal.hpp"
+#include "libforkbox/seccomp/evaluate.hpp"
+#include "libforkbox/seccomp/seccomp.hpp"
+
+namespace forkbox {
+
+namespace {
+
+// New namespaces created by unshare() after the clone (the rest come with clone3 itself).
+constexpr int kUnsharedLater = CLONE_NEWCGROUP | CLONE_NEWTIME;
+
+// What init may still do once a filter loaded before the exec fifo is in place: the fifo's
+// open, write and close, close_range, and on a failure the error report and exit (malloc
+// may map memory for the message). Exec itself is under the filter either way.
+bool filter_allows_the_wait(const SeccompProgram& filter) {
+    for (int nr : {SYS_openat, SYS_write, SYS_close, SYS_close_range, SYS_exit_group, SYS_brk, SYS_mmap, SYS_munmap})
+        if (!seccomp_allows_any_arguments(filter.bpf, nr)) return false;
+    return true;
+}
+
+Result<void> map_user_namespace(const InitArgs& a) {
+    FB_TRY(sync_send(a.sync_fd, SyncType::UsernsReady));
+    FB_TRY(sync_expect(a.sync_fd, SyncType::UsernsDone));
+    return become_namespace_root();
+}
+
+// The intermediate process: joins namespaces by path, creates the new ones, and forks init
+// with CLONE_PARENT so init is the `create` process's own child. Returns in init only.
+Result<void> intermediate_stage(InitArgs& a) {
+    const Plan& plan = *a.plan;
+    FB_TRY(join_namespaces(*a.namespaces));
+    if (a.warm_namespaces & CLONE_NEWUSER) {
+        // A zygote template's, mapped as the config says: root in it, as after mapping.
+        FB_TRY(become_namespace_root());
+    } else if (plan.new_namespaces & CLONE_NEWUSER) {
+        if (::unshare(CLONE_NEWUSER) < 0) return sys_error("unshare user namespace");
+        FB_TRY(map_user_namespace(a));
+    }
+    int rest = plan.new_namespaces & ~(CLONE_NEWUSER | CLONE_NEWPID | kUnsharedLater | a.warm_namespaces);
+    if (rest && ::unshare(rest) < 0) return sys_error("unshare namespaces");
+    pid_t pid = sys::clone3_fork(CLONE_PARENT | (plan.new_namespaces & CLONE_NEWPID));
+    if (pid < 0) return sys_error("clone init");
+    if (pid > 0) {
+        (void)sync_send(a.sync_fd, SyncType::InitPid, pid);
+        _exit(0);
+    }
+    return {};
+}
+
+Result<void> run_init(InitArgs& a, std::string& state_json) {
+    const Plan& plan = *a.plan;
+    // flock belongs to the open file, which the clone shares: keeping it would block every
+    // later verb on this container.
+    ::close(a.lock_fd);
+    // Until create finishes, die with it rather than linger half-made.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // Nothing in the container may open this process's /proc files (and through them the
+    // forkbox binary) before execve resets dumpability.
+    ::prctl(PR_SET_DUMPABLE, 0);
+    trace::mark("init: first");
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    // SIG_IGN survives execve: what the caller ignored (conmon ignores SIGPIPE) must not
+    // reach the container.
+    reset_signal_dispositions();
+    trace::mark("init: signals reset");
+
+    // Into the v1 cgroups before anything else can fork (v2: clone3 put us there).
+    FB_TRY(join_v1_cgroups(a.cgroup_task_fds));
+    trace::mark("init: cloned");
+    FB_ASSIGN(auto go, sync_expect(a.sync_fd, SyncType::Go));
+    trace::mark("init: go");
+    state_json = std::move(go.payload);
+
+    if (a.intermediate) {
+        FB_TRY(intermediate_stage(a));
+    } else if (plan.new_namespaces & CLONE_NEWUSER) {
+        FB_TRY(map_user_namespace(a));
+    }
+    // A session of its own, as runc gives every container process (and a terminal needs).
+    if (::setsid() < 0) return sys_error("setsid");
+    bool in_userns = (plan.new_namespaces & CLONE_NEWUSER) != 0;
+    for (const auto& j : plan.joins) in_userns |= j.clone_flag == CLONE_NEWUSER;
+
+    // The caller's session keyring (and the keys in it) must not be shared with the container.
+    // Kernels or seccomp profiles without keyctl: carry on, as runc does.
+    std::string keyring = "_ses." + plan.id;  // runc's name
+    if (a.new_keyring && ::syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, keyring.c_str()) < 0 &&
+        errno != ENOSYS && errno != EACCES && errno != EPERM)
+        return sys_error("join a new session keyring");
+
+    // After cgroup placement, so the namespace's root is the container's cgroup.
+    if ((plan.new_namespaces & CLONE_NEWCGROUP) && ::unshare(CLONE_NEWCGROUP) < 0)
+        return sys_error("unshare cgroup namespace");
+    if (plan.new_namespaces & CLONE_NEWTIME) FB_TRY(enter_new_time_namespace(plan.time_offsets));
+    // A template's network namespace has lo up already.
+    if ((plan.new_namespaces & CLONE_NEWNET) && !(a.warm_namespaces & CLONE_NEWNET)) FB_TRY(bring_up_loopback());
+    if (plan.set_hostname) FB_TRY(set_hostname(plan.hostname));
+    if (plan.set_domainname) FB_TRY(set_domainname(plan.domainname));
+
+    trace::mark("init: namespaces set");
+    RootfsContext ctx{plan, *a.cgroup_layout, a.cgroup_dirs, in_userns,
+                      (plan.new_namespaces & CLONE_NEWCGROUP) != 0};
+    if (a.template_mount_ns >= 0) {
+        // A zygote rootfs template: built, pivoted and finalized ahead (hooks of these phases,
+        // sysctls and the hostname included, see zygote::rootfs_template_fits). Only the
+        // container's cgroups, unknown ahead, are attached here: taken from the host first.
+        ctx.v1_cgroups_premounted = a.template_v1_cgroups_bound && a.template_v1_cgroups_ours;
+        ctx.replace_premounted_v1 = a.template_v1_cgroups_bound && !a.template_v1_cgroups_ours;
+        FB_ASSIGN(auto cgroup_trees, clone_cgroup_trees(ctx));
+        if (::setns(a.template_mount_ns, CLONE_NEWNS) < 0) return sys_error("join the template's mount namespace");
+        ::close(a.template_mount_ns);
+        a.template_mount_ns = -1;
+        if (::chdir("/") < 0) return sys_error("chdir /");
+        FB_TRY(attach_cgroup_trees(ctx, cgroup_trees));
+        trace::mark("init: rootfs joined");
+    } else {
+        FB_TRY(prepare_rootfs(ctx));
+        trace::mark("init: mounts done");
+
+        if (!plan.hooks.prestart.empty() || !plan.hooks.create_runtime.empty()) {
+            FB_TRY(sync_send(a.sync_fd, SyncType::RuntimeHooks));
+            FB_TRY(sync_expect(a.sync_fd, SyncType::RuntimeHooksDone));
+        }
+        FB_TRY(run_hooks(plan.hooks.create_container, state_json, "createContainer", plan.bundle));
+
+        // Without a mount namespace a pivot would move the host's root: chroot instead.
+        FB_TRY(enter_rootfs(plan.rootfs, a.no_pivot || !plan.has_mount_namespace));
+        // Before finalize_rootfs: /proc/sys is usually one of the read-only paths.
+        FB_TRY(apply_sysctls(plan.sysctl));
+        FB_TRY(finalize_rootfs(ctx));
+        trace::mark("init: rootfs final");
+    }
+
+    const oci::Process& proc = plan.process;
+    if (proc.terminal) {
+        FB_TRY(setup_console(a.console_fd, proc.console_size, proc.user.uid, proc.user.gid));
+        ::close(a.console_fd);
+        a.console_fd = -1;
+    }
+    FB_TRY(apply_rlimits(proc.rlimits));
+    if (proc.oom_score_adj) FB_TRY(set_oom_score_adj(*proc.oom_score_adj));
+    if (plan.personality) FB_TRY(set_personality(*plan.personality));
+    FB_TRY(enter_cwd(proc.cwd));
+
+    // Without no_new_privs, installing a filter needs CAP_SYS_ADMIN: load it while init still
+    // has every capability, as runc does. With it, wait until just before execve, so that the
+    // filter sees as few of the runtime's own syscalls as possible. A filter with notify rules
+    // loads here either way: its listener fd goes to the parent while the sync socket is open.
+    bool seccomp_early = a.seccomp && (!proc.no_new_privileges || a.seccomp->wants_listener());
+    if (seccomp_early) FB_TRY(load_seccomp_via_parent(*a.seccomp, a.sync_fd));
+
+    give_stdio_to(proc.user.uid, proc.user.gid);
+    FB_TRY(assume_identity(proc));
+
+    if (proc.args.empty()) return fail(EINVAL, "process.args must not be empty");
+    std::vector<std::string> env = with_home(proc.env, proc.user.uid);
+    FB_ASSIGN(std::string exe, find_executable(proc.args[0], env));
+    if (proc.no_new_privileges && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return sys_error("prctl no_new_privs");
+
+    // Built before a filter that may come before the exec fifo: no allocation under it.
+    std::vector<char*> argv, envp;
+    for (const auto& s : proc.args) argv.push_back(const_cast<char*>(s.c_str()));
+    argv.push_back(nullptr);
+    for (const auto& s : env) envp.push_back(const_cast<char*>(s.c_str()));
+    envp.push_back(nullptr);
+    bool seccomp_while_waiting = a.seccomp && !seccomp_early && plan.hooks.start_container.empty() &&
+                                 filter_allows_the_wait(*a.seccomp);
+
+    ::prctl(PR_SET_PDEATHSIG, 0);
+    trace::mark("init: ready");
+    FB_TRY(sync_send(a.sync_fd, SyncType::Ready));
+    ::close(a.sync_fd);
+    a.sync_fd = -1;
+    // The kernel takes ~0.5 ms to translate and JIT a Docker-sized filter. Loaded here, that
+    // runs while create exits and `start` starts (on another CPU), not between `start` and
+    // the container's first instruction. Only when the filter lets everything init still
+    // does through whatever the arguments, so it sees nothing that could act differently.
+    if (seccomp_while_waiting) {
+        FB_TRY(load_seccomp(*a.seccomp));
+        trace::mark("init: seccomp loaded");
+    }
+
+    // Blocks until `start` opens the other end.
+    int fifo = ::openat(a.state_dir_fd, kExecFifo, O_WRONLY | O_CLOEXEC);
+    if (fifo < 0) return sys_error("open exec fifo");
+    if (::write(fifo, "0", 1) != 1) return sys_error("write exec fifo");
+    // The write end stays open, close-on-exec, until our execve: `start` waits for its EOF
+    // before poststart hooks, which the spec runs after the user's process is executed.
+    ::close(a.state_dir_fd);
+    trace::mark("init: started");
+
+    FB_TRY(run_hooks(plan.hooks.start_container, state_json, "startContainer"));
+
+    // No host fd may survive into the container (CVE-2024-21626 class).
+    sys::close_range(static_cast<unsigned>(3 + a.preserve_fds), ~0U, CLOSE_RANGE_CLOEXEC);
+    trace::mark("init: fds closed");
+    if (a.seccomp && !seccomp_early && !seccomp_while_waiting) FB_TRY(load_seccomp(*a.seccomp));
+    trace::mark("init: exec");
+    auto exec = exec_through_stub(a.exec_stub_fd, exe, argv.data(), envp.data(), a.seccomp);
+    return fail(0, "exec: \"" + proc.args[0] + "\": " + go_errno_text(exec.error().errnum()));
+}
+
+}  // namespace
+
+void container_init(InitArgs& a) {
+    std::string state_json;
+    auto r = run_init(a, state_json);
+    std::string msg = r.error().what();
+    if (a.sync_fd >= 0) {
+        (void)sync_send(a.sync_fd, SyncType::Error, r.error().errnum(), msg);
+    } else {
+        // After create returned there is no parent to tell: say it on stderr like runc.
+        dprintf(2, "forkbox: %s\n", msg.c_str());
+    }
+    _exit(r.error().errnum() == 0 ? 127 : 1);
+}
+
+}  // namespace forkbox

@@ -1,0 +1,246 @@
+#include "libforkbox/container/state.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+
+#include "libforkbox/base/json.hpp"
+
+namespace forkbox {
+
+Result<void> write_pid_file(const std::string& path, pid_t pid) {
+    std::string dir = ".", name = path;
+    if (auto slash = path.find_last_of('/'); slash != std::string::npos) {
+        dir = slash == 0 ? "/" : path.substr(0, slash);
+        name = path.substr(slash + 1);
+    }
+    unique_fd dfd(::open(dir.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
+    if (!dfd) return sys_error("open pid file directory " + dir);
+    FB_TRY_CTX(write_file_atomic(dfd.get(), name, std::to_string(pid), 0644), "pid file " + path);
+    return {};
+}
+
+std::string serialize_state(const ContainerState& s) {
+    json::Writer w;
+    w.begin_object();
+    w.key("ociVersion").value(s.oci_version);
+    w.key("id").value(s.id);
+    w.key("pid").value(static_cast<int64_t>(s.pid));
+    w.key("pidStartTime").value(s.pid_start_time);
+    w.key("bundle").value(s.bundle);
+    w.key("rootfs").value(s.rootfs);
+    w.key("created").value(s.created);
+    w.key("owner").value(s.owner);
+    w.key("ownPidNamespace").value(s.own_pid_namespace);
+    w.key("annotations").begin_object();
+    for (const auto& [k, v] : s.annotations) w.key(k).value(v);
+    w.end_object();
+    w.key("cgroupDirs").begin_array();
+    for (const auto& d : s.cgroup_dirs) w.value(d);
+    w.end_array();
+    w.key("cgroupDirsCreated").begin_array();
+    for (const auto& d : s.cgroup_dirs_created) w.value(d);
+    w.end_array();
+    w.end_object();
+    return w.take();
+}
+
+namespace {
+Result<std::vector<std::string>> string_array(const json::Value& root, const char* key) {
+    std::vector<std::string> out;
+    auto v = root.get(key);
+    if (!v) return out;
+    FB_TRY(v->expect_array());
+    for (size_t i = 0; i < v->size(); ++i) {
+        FB_ASSIGN(auto s, v->at(i).as_string());
+        out.push_back(std::move(s));
+    }
+    return out;
+}
+
+Result<std::string> opt_string(const json::Value& root, const char* key) {
+    auto v = root.get(key);
+    if (!v) return std::string();
+    return v->as_string();
+}
+}  // namespace
+
+Result<ContainerState> parse_state(std::string_view text) {
+    FB_ASSIGN(auto doc, json::Document::parse(text));
+    auto root = doc.root();
+    FB_TRY(root.expect_object());
+    ContainerState s;
+    FB_ASSIGN(s.oci_version, opt_string(root, "ociVersion"));
+    FB_ASSIGN(s.id, opt_string(root, "id"));
+    if (auto v = root.get("pid")) {
+        FB_ASSIGN(int64_t pid, v->as_int64());
+        s.pid = static_cast<pid_t>(pid);
+    }
+    if (auto v = root.get("pidStartTime")) {
+        FB_ASSIGN(s.pid_start_time, v->as_uint64());
+    }
+    FB_ASSIGN(s.bundle, opt_string(root, "bundle"));
+    FB_ASSIGN(s.rootfs, opt_string(root, "rootfs"));
+    FB_ASSIGN(s.created, opt_string(root, "created"));
+    FB_ASSIGN(s.owner, opt_string(root, "owner"));
+    if (auto v = root.get("ownPidNamespace")) {
+        FB_ASSIGN(s.own_pid_namespace, v->as_bool());
+    }
+    if (auto v = root.get("annotations")) {
+        FB_TRY(v->for_each_member([&](std::string_view k, const json::Value& val) -> Result<void> {
+            FB_ASSIGN(auto str, val.as_string());
+            s.annotations.emplace(std::string(k), std::move(str));
+            return {};
+        }));
+    }
+    FB_ASSIGN(s.cgroup_dirs, string_array(root, "cgroupDirs"));
+    FB_ASSIGN(s.cgroup_dirs_created, string_array(root, "cgroupDirsCreated"));
+    return s;
+}
+
+namespace {
+// runc's rule: letters, digits and _ + - . only, so an id is always one safe path element.
+bool id_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '+' ||
+           c == '-' || c == '.';
+}
+}  // namespace
+
+Result<void> validate_container_id(const std::string& id) {
+    if (id.empty()) return fail(EINVAL, "container id cannot be empty");
+    if (id.size() > 1024) return fail(EINVAL, "invalid container ID format: longer than 1024 bytes");
+    for (char c : id)
+        if (!id_char(c)) return fail(EINVAL, "invalid container ID format: " + id);
+    if (id == "." || id == "..") return fail(EINVAL, "invalid container ID format: " + id);
+    return {};
+}
+
+Result<void> ContainerDir::write_state(const ContainerState& s) const {
+    return write_file_atomic(dirfd_.get(), kStateFile, serialize_state(s), 0644);
+}
+
+Result<ContainerState> ContainerDir::read_state() const {
+    FB_ASSIGN(auto text, read_file_at(dirfd_.get(), kStateFile));
+    auto st = parse_state(text);
+    if (!st) return std::unexpected(st.error().wrap("parse " + file(kStateFile)));
+    return st;
+}
+
+bool ContainerDir::locked_elsewhere() const {
+    if (lock_.valid()) return false;
+    unique_fd fd(::openat(dirfd_.get(), kLockFile, O_RDONLY | O_CLOEXEC));
+    if (!fd) return false;
+    if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0) return false;
+    return errno == EWOULDBLOCK;
+}
+
+bool ContainerDir::fifo_exists() const {
+    struct stat st;
+    return ::fstatat(dirfd_.get(), kExecFifo, &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+Result<void> ContainerDir::remove() {
+    // Flat directory: unlink every entry, then the directory itself.
+    int dupfd = ::dup(dirfd_.get());
+    if (dupfd < 0) return sys_error("dup");
+    DIR* d = ::fdopendir(dupfd);
+    if (!d) {
+        ::close(dupfd);
+        return sys_error("opendir " + path_);
+    }
+    std::vector<std::string> names;
+    while (auto* e = ::readdir(d)) {
+        std::string n = e->d_name;
+        if (n != "." && n != "..") names.push_back(n);
+    }
+    ::closedir(d);
+    for (const auto& n : names) {
+        if (::unlinkat(dirfd_.get(), n.c_str(), 0) < 0 && errno != ENOENT)
+            return sys_error("remove " + path_ + "/" + n);
+    }
+    if (::rmdir(path_.c_str()) < 0 && errno != ENOENT) return sys_error("remove " + path_);
+    return {};
+}
+
+namespace {
+Result<void> mkdir_p(const std::string& path, mode_t mode) {
+    if (::mkdir(path.c_str(), mode) == 0 || errno == EEXIST) return {};
+    if (errno != ENOENT) return sys_error("mkdir " + path);
+    auto slash = path.find_last_of('/');
+    if (slash == std::string::npos || slash == 0) return sys_error("mkdir " + path);
+    FB_TRY(mkdir_p(path.substr(0, slash), 0755));
+    if (::mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return sys_error("mkdir " + path);
+    return {};
+}
+
+Result<unique_fd> lock_dir(int dirfd, const std::string& path) {
+    unique_fd lock(::openat(dirfd, kLockFile, O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    if (!lock) return sys_error("open lock in " + path);
+    while (::flock(lock.get(), LOCK_EX) < 0) {
+        if (errno != EINTR) return sys_error("lock " + path);
+    }
+    return lock;
+}
+}  // namespace
+
+Result<void> StateStore::ensure_root() const { return mkdir_p(root_, 0711); }
+
+Result<ContainerDir> StateStore::create(const std::string& id) const {
+    FB_TRY(validate_container_id(id));
+    FB_TRY(ensure_root());
+    ContainerDir dir;
+    dir.path_ = root_ + "/" + id;
+    if (::mkdir(dir.path_.c_str(), 0711) < 0) {
+        if (errno == EEXIST) return fail(EEXIST, "container with id exists: " + id);
+        return sys_error("mkdir " + dir.path_);
+    }
+    dir.dirfd_.reset(::open(dir.path_.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
+    if (!dir.dirfd_) return sys_error("open " + dir.path_);
+    FB_ASSIGN(dir.lock_, lock_dir(dir.dirfd_.get(), dir.path_));
+    return dir;
+}
+
+Result<ContainerDir> StateStore::open(const std::string& id, Lock lock) const {
+    FB_TRY(validate_container_id(id));
+    ContainerDir dir;
+    dir.path_ = root_ + "/" + id;
+    dir.dirfd_.reset(::open(dir.path_.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!dir.dirfd_) {
+        if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP)
+            return fail(ENOENT, "container does not exist");
+        return sys_error("open " + dir.path_);
+    }
+    if (lock == Lock::Exclusive) {
+        FB_ASSIGN(dir.lock_, lock_dir(dir.dirfd_.get(), dir.path_));
+    }
+    // The directory may have been deleted while we waited for the lock.
+    struct stat st;
+    if (::fstat(dir.dirfd_.get(), &st) < 0 || st.st_nlink == 0)
+        return fail(ENOENT, "container does not exist");
+    return dir;
+}
+
+Result<std::vector<std::string>> StateStore::list() const {
+    std::vector<std::string> ids;
+    DIR* d = ::opendir(root_.c_str());
+    if (!d) {
+        if (errno == ENOENT) return ids;
+        return sys_error("open " + root_);
+    }
+    while (auto* e = ::readdir(d)) {
+        std::string n = e->d_name;
+        if (n == "." || n == ".." || e->d_type != DT_DIR) continue;
+        ids.push_back(n);
+    }
+    ::closedir(d);
+    std::sort(ids.begin(), ids.end());
+    return ids;
+}
+
+}  // namespace forkbox

@@ -1,0 +1,58 @@
+// Building the container's root filesystem in its mount namespace: the spec's mounts,
+// devices, pivot_root, then masked and read-only paths.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "libforkbox/base/error.hpp"
+#include "libforkbox/base/fd.hpp"
+#include "libforkbox/cgroup/cgroups.hpp"
+#include "libforkbox/plan/plan.hpp"
+
+namespace forkbox {
+
+struct RootfsContext {
+    const Plan& plan;
+    const CgroupLayout& cgroup_layout;
+    const std::vector<std::string>& cgroup_dirs;  // the container's dir per hierarchy
+    bool in_user_namespace = false;
+    bool new_cgroup_namespace = false;
+    // A zygote rootfs template, made ahead by the daemon's builder, which is not (and never
+    // will be) in the container's pid namespace:
+    int proc_pidns_fd = -1;           // procfs shows this pid namespace (pidns=), not the mounter's
+    bool defer_cgroup_trees = false;  // cgroup mounts get their mount points only (attach_cgroup_trees)
+    // With defer_cgroup_trees: per hierarchy, a directory to bind now instead ("" for none).
+    // The builder binds the template's spare v1 cgroups, which the client then renames to
+    // the container's own: a bind follows its directory through a rename.
+    std::vector<std::string> premount_cgroup_dirs = {};
+    // In init, joining a template whose v1 cgroup trees were bound ahead: whether those
+    // binds are the container's cgroups (every spare renamed), else they are replaced.
+    bool v1_cgroups_premounted = false;
+    bool replace_premounted_v1 = false;
+    bool mount_by_fd = false;         // after pivot_root there is no /proc/self of ours: new mount API
+};
+
+// The container's cgroup directories as detached mount trees (open_tree), one per hierarchy,
+// taken in the host's mount namespace for attach_cgroup_trees (none for v1 hierarchies a
+// template bound ahead, unless they are to be replaced).
+Result<std::vector<unique_fd>> clone_cgroup_trees(const RootfsContext& ctx);
+
+// In the template's mount namespace (after setns): the cgroup mounts a template left for
+// the container, attached at their mount points and made read-only as the spec asks.
+Result<void> attach_cgroup_trees(const RootfsContext& ctx, std::vector<unique_fd>& trees);
+
+// Before pivot_root: propagation of "/", the rootfs bind, every mount, devices, the cwd.
+Result<void> prepare_rootfs(const RootfsContext& ctx);
+
+// pivot_root into the rootfs and detach the old root (or MS_MOVE + chroot with --no-pivot).
+Result<void> enter_rootfs(const std::string& rootfs, bool no_pivot);
+
+// After pivot_root: propagation of the new "/", masked paths, read-only paths, ro remounts.
+Result<void> finalize_rootfs(const RootfsContext& ctx);
+
+// Refuses mounts that would cover /proc (CVE-2019-16884 class): only a procfs on /proc
+// itself and binds onto a few well-known files (lxcfs) are allowed.
+Result<void> check_proc_destination(const MountStep& step);
+
+}  // namespace forkbox

@@ -1,0 +1,342 @@
+#include "libforkbox/plan/plan.hpp"
+
+#include <sched.h>
+#include <sys/personality.h>
+#include <sys/mount.h>
+
+#include <array>
+#include <string_view>
+
+#include "oci/linux_names.hpp"
+
+namespace forkbox {
+
+namespace {
+
+struct FlagOption {
+    std::string_view name;
+    bool clear;
+    unsigned long flag;
+};
+
+// runc's vocabulary (libcontainer/specconv mountFlags): words that set or clear MS_* flags.
+constexpr std::array kFlagOptions{
+    FlagOption{"async", true, MS_SYNCHRONOUS},
+    FlagOption{"atime", true, MS_NOATIME},
+    FlagOption{"bind", false, MS_BIND},
+    FlagOption{"defaults", false, 0},
+    FlagOption{"dev", true, MS_NODEV},
+    FlagOption{"diratime", true, MS_NODIRATIME},
+    FlagOption{"dirsync", false, MS_DIRSYNC},
+    FlagOption{"exec", true, MS_NOEXEC},
+    FlagOption{"iversion", false, MS_I_VERSION},
+    FlagOption{"lazytime", false, MS_LAZYTIME},
+    FlagOption{"loud", true, MS_SILENT},
+    FlagOption{"mand", false, MS_MANDLOCK},
+    FlagOption{"noatime", false, MS_NOATIME},
+    FlagOption{"nodev", false, MS_NODEV},
+    FlagOption{"nodiratime", false, MS_NODIRATIME},
+    FlagOption{"noexec", false, MS_NOEXEC},
+    FlagOption{"noiversion", true, MS_I_VERSION},
+    FlagOption{"nolazytime", true, MS_LAZYTIME},
+    FlagOption{"nomand", true, MS_MANDLOCK},
+    FlagOption{"norelatime", true, MS_RELATIME},
+    FlagOption{"nostrictatime", true, MS_STRICTATIME},
+    FlagOption{"nosuid", false, MS_NOSUID},
+    FlagOption{"nosymfollow", false, MS_NOSYMFOLLOW},
+    FlagOption{"rbind", false, MS_BIND | MS_REC},
+    FlagOption{"relatime", false, MS_RELATIME},
+    FlagOption{"remount", false, MS_REMOUNT},
+    FlagOption{"ro", false, MS_RDONLY},
+    FlagOption{"rw", true, MS_RDONLY},
+    FlagOption{"silent", false, MS_SILENT},
+    FlagOption{"strictatime", false, MS_STRICTATIME},
+    FlagOption{"suid", true, MS_NOSUID},
+    FlagOption{"symfollow", true, MS_NOSYMFOLLOW},
+    FlagOption{"sync", false, MS_SYNCHRONOUS},
+};
+
+struct PropagationOption {
+    std::string_view name;
+    unsigned long flags;
+};
+
+constexpr std::array kPropagationOptions{
+    PropagationOption{"private", MS_PRIVATE},
+    PropagationOption{"rprivate", MS_PRIVATE | MS_REC},
+    PropagationOption{"shared", MS_SHARED},
+    PropagationOption{"rshared", MS_SHARED | MS_REC},
+    PropagationOption{"slave", MS_SLAVE},
+    PropagationOption{"rslave", MS_SLAVE | MS_REC},
+    PropagationOption{"unbindable", MS_UNBINDABLE},
+    PropagationOption{"runbindable", MS_UNBINDABLE | MS_REC},
+};
+
+struct RecursiveOption {
+    std::string_view name;
+    bool clear;
+    uint64_t attr;
+};
+
+// Recursive variants applied with mount_setattr(AT_RECURSIVE) (runc 1.1+ "rro" and friends).
+constexpr std::array kRecursiveOptions{
+    RecursiveOption{"rro", false, MOUNT_ATTR_RDONLY},
+    RecursiveOption{"rrw", true, MOUNT_ATTR_RDONLY},
+    RecursiveOption{"rnosuid", false, MOUNT_ATTR_NOSUID},
+    RecursiveOption{"rsuid", true, MOUNT_ATTR_NOSUID},
+    RecursiveOption{"rnodev", false, MOUNT_ATTR_NODEV},
+    RecursiveOption{"rdev", true, MOUNT_ATTR_NODEV},
+    RecursiveOption{"rnoexec", false, MOUNT_ATTR_NOEXEC},
+    RecursiveOption{"rexec", true, MOUNT_ATTR_NOEXEC},
+    RecursiveOption{"rnodiratime", false, MOUNT_ATTR_NODIRATIME},
+    RecursiveOption{"rdiratime", true, MOUNT_ATTR_NODIRATIME},
+    RecursiveOption{"rrelatime", false, MOUNT_ATTR_RELATIME},
+    RecursiveOption{"rnorelatime", true, MOUNT_ATTR_RELATIME},
+    RecursiveOption{"rnoatime", false, MOUNT_ATTR_NOATIME},
+    RecursiveOption{"ratime", true, MOUNT_ATTR_NOATIME},
+    RecursiveOption{"rstrictatime", false, MOUNT_ATTR_STRICTATIME},
+    RecursiveOption{"rnostrictatime", true, MOUNT_ATTR_STRICTATIME},
+    RecursiveOption{"rnosymfollow", false, MOUNT_ATTR_NOSYMFOLLOW},
+    RecursiveOption{"rsymfollow", true, MOUNT_ATTR_NOSYMFOLLOW},
+};
+
+
+std::string join_path(const std::string& base, const std::string& rel) {
+    if (rel.empty() || rel[0] == '/') return rel;
+    if (base.empty() || base.back() == '/') return base + rel;
+    return base + "/" + rel;
+}
+
+}  // namespace
+
+MountFlags parse_mount_options(const std::vector<std::string>& options) {
+    MountFlags f;
+    for (const auto& opt : options) {
+        bool matched = false;
+        for (const auto& o : kFlagOptions) {
+            if (opt != o.name) continue;
+            if (o.clear) {
+                f.set &= ~o.flag;
+                f.clear |= o.flag;
+            } else {
+                f.set |= o.flag;
+                f.clear &= ~o.flag;
+            }
+            matched = true;
+            break;
+        }
+        if (matched) continue;
+        for (const auto& o : kPropagationOptions) {
+            if (opt != o.name) continue;
+            f.propagation = o.flags;
+            matched = true;
+            break;
+        }
+        if (matched) continue;
+        for (const auto& o : kRecursiveOptions) {
+            if (opt != o.name) continue;
+            // The atime modes are one field, not independent bits: a mode replaces the last.
+            bool atime_mode = o.attr == MOUNT_ATTR_NOATIME || o.attr == MOUNT_ATTR_STRICTATIME ||
+                              o.attr == MOUNT_ATTR_RELATIME;
+            if (atime_mode && !o.clear) {
+                f.recursive_set &= ~static_cast<uint64_t>(MOUNT_ATTR__ATIME);
+                f.recursive_clear |= MOUNT_ATTR__ATIME;
+            }
+            // Last word wins, as with the plain flags ("rro,rrw" is read-write).
+            if (o.clear) {
+                f.recursive_set &= ~o.attr;
+                f.recursive_clear |= atime_mode ? MOUNT_ATTR__ATIME : o.attr;
+            } else {
+                f.recursive_set |= o.attr;
+                if (!atime_mode) f.recursive_clear &= ~o.attr;
+            }
+            matched = true;
+            break;
+        }
+        if (matched) continue;
+        if (opt == "tmpcopyup") {
+            f.tmpcopyup = true;
+        } else if (opt == "idmap" || opt == "ridmap") {
+            f.idmap = true;
+        } else {
+            if (!f.data.empty()) f.data += ',';
+            f.data += opt;
+        }
+    }
+    return f;
+}
+
+Result<unsigned long> parse_propagation(const std::string& name) {
+    for (const auto& o : kPropagationOptions)
+        if (name == o.name) return o.flags;
+    return fail(EINVAL, "unknown propagation \"" + name + "\"");
+}
+
+std::string clean_container_path(const std::string& path) {
+    std::vector<std::string_view> parts;
+    std::string_view s(path);
+    size_t i = 0;
+    while (i < s.size()) {
+        size_t j = s.find('/', i);
+        if (j == std::string_view::npos) j = s.size();
+        std::string_view part = s.substr(i, j - i);
+        if (part == "..") {
+            if (!parts.empty()) parts.pop_back();
+        } else if (!part.empty() && part != ".") {
+            parts.push_back(part);
+        }
+        i = j + 1;
+    }
+    std::string out;
+    for (auto p : parts) {
+        out += '/';
+        out += p;
+    }
+    return out.empty() ? "/" : out;
+}
+
+bool Plan::own_pid_namespace() const { return (new_namespaces & CLONE_NEWPID) != 0; }
+
+std::vector<DeviceNode> default_devices() {
+    return {
+        {"/dev/null", 'c', 1, 3, 0666, 0, 0},    {"/dev/zero", 'c', 1, 5, 0666, 0, 0},
+        {"/dev/full", 'c', 1, 7, 0666, 0, 0},    {"/dev/random", 'c', 1, 8, 0666, 0, 0},
+        {"/dev/urandom", 'c', 1, 9, 0666, 0, 0}, {"/dev/tty", 'c', 5, 0, 0666, 0, 0},
+    };
+}
+
+Result<Plan> make_plan(const oci::Spec& spec, const PlanOptions& options) {
+    Plan plan;
+    plan.id = options.id;
+    const oci::Linux empty_linux;
+    const oci::Linux& linux = spec.linux ? *spec.linux : empty_linux;
+
+    // Namespaces: new ones become clone flags, paths become joins with the user namespace
+    // first, since joining it changes which other namespaces we may enter.
+    for (const auto& ns : linux.namespaces) {
+        auto kind = oci::namespace_kind(ns.type);
+        if (!kind) return fail(EINVAL, "linux.namespaces: unknown namespace type \"" + ns.type + "\"");
+        if (ns.path.empty()) {
+            plan.new_namespaces |= kind->clone_flag;
+        } else {
+            NamespaceJoin j{kind->clone_flag, ns.type, ns.path};
+            if (kind->clone_flag == CLONE_NEWUSER)
+                plan.joins.insert(plan.joins.begin(), j);
+            else
+                plan.joins.push_back(j);
+        }
+    }
+    plan.uid_mappings = linux.uid_mappings;
+    plan.gid_mappings = linux.gid_mappings;
+    plan.has_mount_namespace = (plan.new_namespaces & CLONE_NEWNS) != 0;
+    for (const auto& j : plan.joins)
+        if (j.clone_flag == CLONE_NEWNS) plan.has_mount_namespace = true;
+
+    // Root filesystem.
+    if (!spec.root) return fail(EINVAL, "root: missing");
+    plan.bundle = options.bundle;
+    plan.rootfs = clean_container_path(join_path(options.bundle, spec.root->path));
+    plan.rootfs_readonly = spec.root->readonly;
+    plan.root_propagation = MS_SLAVE | MS_REC;
+    if (!linux.rootfs_propagation.empty()) {
+        FB_ASSIGN(unsigned long prop, parse_propagation(linux.rootfs_propagation));
+        // Building the rootfs under a shared "/" would leak our mounts to the host, so
+        // shared propagation is applied to the container's "/" only after pivot_root.
+        // Likewise an unbindable "/" could not be bound onto the rootfs.
+        if (prop & (MS_SHARED | MS_UNBINDABLE))
+            plan.rootfs_propagation_after = prop;
+        else
+            plan.root_propagation = prop;
+    }
+
+    for (size_t i = 0; i < spec.mounts.size(); ++i) {
+        const auto& m = spec.mounts[i];
+        MountStep step;
+        step.destination = clean_container_path(m.destination);
+        step.flags = parse_mount_options(m.options);
+        step.fstype = m.type;
+        step.source = m.source;
+        if (step.flags.idmap || !m.uid_mappings.empty() || !m.gid_mappings.empty())
+            return fail(EOPNOTSUPP, "mounts[" + std::to_string(i) + "]: idmapped mounts are not supported yet");
+        bool bind = (step.flags.set & MS_BIND) != 0 || m.type == "bind" || m.type == "rbind";
+        if (bind) {
+            step.kind = MountKind::Bind;
+            step.recursive_bind = (step.flags.set & MS_REC) != 0 || m.type == "rbind";
+            if (m.type == "rbind") step.flags.set |= MS_REC;
+            step.flags.set |= MS_BIND;
+            // Relative bind sources are relative to the bundle, as in runc.
+            step.source = join_path(options.bundle, m.source);
+            unsigned long extra = step.flags.set & ~(MS_BIND | MS_REC | MS_REMOUNT);
+            // A plain "rw" changes nothing on a fresh bind: no remount for it alone.
+            step.bind_needs_remount = extra != 0 || (step.flags.clear & ~MS_RDONLY) != 0;
+        } else if (m.type == "proc") {
+            step.kind = MountKind::Proc;
+        } else if (m.type == "sysfs") {
+            step.kind = MountKind::Sysfs;
+        } else if (m.type == "cgroup" || m.type == "cgroup2") {
+            step.kind = MountKind::Cgroup;
+        } else {
+            step.kind = MountKind::Other;
+            if (step.fstype.empty()) step.fstype = m.source;
+            if (step.fstype.empty())
+                return fail(EINVAL, "mounts[" + std::to_string(i) + "]: no type for " + m.destination);
+        }
+        if (step.kind == MountKind::Bind && step.destination == "/dev") plan.dev_is_bind_mounted = true;
+        plan.mounts.push_back(std::move(step));
+    }
+
+    // Devices: the defaults, unless the config names the same path itself.
+    std::vector<DeviceNode> devices;
+    for (const auto& d : linux.devices) {
+        DeviceNode n;
+        n.path = clean_container_path(d.path);
+        n.type = d.type.empty() ? 'c' : d.type[0];
+        n.major = static_cast<uint32_t>(d.major);
+        n.minor = static_cast<uint32_t>(d.minor);
+        n.mode = d.file_mode.value_or(0666);
+        n.uid = d.uid.value_or(0);
+        n.gid = d.gid.value_or(0);
+        devices.push_back(n);
+    }
+    for (const auto& def : default_devices()) {
+        bool overridden = false;
+        for (const auto& d : devices) overridden |= d.path == def.path;
+        if (!overridden) plan.devices.push_back(def);
+    }
+    plan.devices.insert(plan.devices.end(), devices.begin(), devices.end());
+
+    for (const auto& p : linux.masked_paths) plan.masked_paths.push_back(clean_container_path(p));
+    for (const auto& p : linux.readonly_paths) plan.readonly_paths.push_back(clean_container_path(p));
+
+    plan.hostname = spec.hostname;
+    plan.domainname = spec.domainname;
+    plan.set_hostname = !spec.hostname.empty();
+    plan.set_domainname = !spec.domainname.empty();
+    for (const auto& [k, v] : linux.sysctl) plan.sysctl.emplace_back(k, v);
+    for (const auto& [k, v] : linux.time_offsets) plan.time_offsets.emplace_back(k, v);
+    // The domain is validated (LINUX or LINUX32); the spec defines no flags yet.
+    if (linux.personality) plan.personality = linux.personality->domain == "LINUX32" ? PER_LINUX32 : PER_LINUX;
+
+    if (spec.process) plan.process = *spec.process;
+    if (plan.process.cwd.empty()) plan.process.cwd = "/";
+
+    // cgroupsPath: absolute as given; relative under "/forkbox"; absent: "/forkbox/<id>".
+    if (linux.cgroups_path.empty())
+        plan.cgroups_path = "/forkbox/" + options.id;
+    else if (linux.cgroups_path[0] == '/')
+        plan.cgroups_path = clean_container_path(linux.cgroups_path);
+    else
+        plan.cgroups_path = clean_container_path("/forkbox/" + linux.cgroups_path);
+
+    if (spec.hooks) {
+        plan.hooks.prestart = spec.hooks->prestart;
+        plan.hooks.create_runtime = spec.hooks->create_runtime;
+        plan.hooks.create_container = spec.hooks->create_container;
+        plan.hooks.start_container = spec.hooks->start_container;
+        plan.hooks.poststart = spec.hooks->poststart;
+        plan.hooks.poststop = spec.hooks->poststop;
+    }
+    return plan;
+}
+
+}  // namespace forkbox

@@ -1,0 +1,124 @@
+// The Plan: a validated Spec translated into the exact, ordered work the executor does.
+// Pure: building a Plan makes no syscall, so every decision here is unit-tested without root.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "libforkbox/base/error.hpp"
+#include "oci/spec.hpp"
+
+namespace forkbox {
+
+// mount(2) flags and data parsed from an OCI option list, runc's vocabulary.
+struct MountFlags {
+    unsigned long set = 0;          // MS_* to set
+    unsigned long clear = 0;        // MS_* the options explicitly cleared ("rw", "suid", ...)
+    unsigned long propagation = 0;  // MS_SHARED / MS_SLAVE / MS_PRIVATE / MS_UNBINDABLE (| MS_REC)
+    uint64_t recursive_set = 0;     // MOUNT_ATTR_* for mount_setattr(AT_RECURSIVE) ("rro", ...)
+    uint64_t recursive_clear = 0;
+    std::string data;               // comma-joined filesystem options ("size=64m,mode=755")
+    bool tmpcopyup = false;
+    bool idmap = false;
+};
+
+// Parses OCI/runc mount options. Unknown words become filesystem data, as in runc.
+MountFlags parse_mount_options(const std::vector<std::string>& options);
+
+// Parses a propagation name as used by linux.rootfsPropagation ("rslave" -> MS_SLAVE|MS_REC).
+Result<unsigned long> parse_propagation(const std::string& name);
+
+enum class MountKind {
+    Bind,    // bind or rbind of a host path
+    Proc,
+    Sysfs,
+    Cgroup,  // "cgroup" / "cgroup2": the executor mounts what the host layout needs
+    Other,   // any filesystem: tmpfs, devpts, mqueue, overlay, ...
+};
+
+struct MountStep {
+    MountKind kind = MountKind::Other;
+    std::string source;       // host path for binds (absolute), fs source otherwise
+    std::string destination;  // absolute, inside the container
+    std::string fstype;
+    MountFlags flags;
+    bool recursive_bind = false;
+    // A bind mount whose flags need a second remount to apply (ro, nosuid, ...).
+    bool bind_needs_remount = false;
+};
+
+struct NamespaceJoin {
+    int clone_flag = 0;  // CLONE_NEW*
+    std::string type;    // spec type, for messages
+    std::string path;
+};
+
+struct DeviceNode {
+    std::string path;  // absolute inside the container
+    char type = 'c';   // c, b, u, p
+    uint32_t major = 0, minor = 0;
+    uint32_t mode = 0666;
+    uint32_t uid = 0, gid = 0;
+};
+
+struct HookPlan {
+    std::vector<oci::Hook> prestart, create_runtime, create_container, start_container,
+        poststart, poststop;
+};
+
+struct Plan {
+    std::string id;  // the container id
+    // Namespaces.
+    int new_namespaces = 0;  // CLONE_NEW* flags to create (time included)
+    std::vector<NamespaceJoin> joins;  // user first
+    std::vector<oci::IdMapping> uid_mappings, gid_mappings;
+    bool own_pid_namespace() const;
+    bool needs_intermediate() const { return !joins.empty(); }
+
+    // Root filesystem.
+    bool has_mount_namespace = false;
+    std::string bundle;  // absolute host path
+    std::string rootfs;  // absolute host path
+    bool rootfs_readonly = false;
+    unsigned long root_propagation = 0;        // applied to "/" before building (default rslave)
+    unsigned long rootfs_propagation_after = 0;  // applied to the new "/" after pivot, if asked
+    std::vector<MountStep> mounts;
+    std::vector<DeviceNode> devices;  // defaults + linux.devices
+    bool dev_is_bind_mounted = false;  // a bind of /dev: create no device nodes then
+    std::vector<std::string> masked_paths, readonly_paths;
+
+    // Identity inside.
+    std::string hostname, domainname;
+    bool set_hostname = false, set_domainname = false;
+    std::vector<std::pair<std::string, std::string>> sysctl;  // name (dots), value
+    std::vector<std::pair<std::string, oci::TimeOffset>> time_offsets;
+    // linux.personality as the personality(2) persona (PER_LINUX, PER_LINUX32), set by init
+    // just before execve; none: inherit the runtime's.
+    std::optional<unsigned long> personality;
+
+    // Process.
+    oci::Process process;
+    std::string cgroups_path;  // resolved: absolute inside each hierarchy
+
+    HookPlan hooks;
+};
+
+struct PlanOptions {
+    std::string id;
+    std::string bundle;  // absolute
+};
+
+// Spec (already validated) -> Plan. Fails only for values that validation cannot judge alone.
+Result<Plan> make_plan(const oci::Spec& spec, const PlanOptions& options);
+
+// The default devices every container gets (null, zero, full, random, urandom, tty).
+std::vector<DeviceNode> default_devices();
+
+// Cleans a container path: "a//b/../c/" -> "/a/c"; never climbs above "/".
+std::string clean_container_path(const std::string& path);
+
+}  // namespace forkbox

@@ -1,0 +1,50 @@
+// CVE-2019-5736 defence: a container process never execs its program straight from the
+// forkbox binary.
+//
+// forkbox does not re-exec itself, so until the last execve a container process is a fork
+// of the host's forkbox binary, and /proc/self/exe names that file. A container program
+// starting "#!/proc/self/exe" would make the kernel load the host binary as its
+// interpreter, inside the container; the container could then reopen it for writing and
+// replace it. So the process first execs a tiny freestanding stub (libforkbox/exec_stub.c,
+// a few KB, embedded in forkbox) from a sealed memfd, and the stub execs the program: when
+// the kernel resolves the program's interpreter, /proc/self/exe is that anonymous, sealed,
+// per-container copy. Copying the 30 MB forkbox binary instead would cost milliseconds.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+
+#include "libforkbox/base/error.hpp"
+#include "libforkbox/base/fd.hpp"
+#include "libforkbox/seccomp/seccomp.hpp"
+
+namespace forkbox {
+
+// The stub's ELF image, as embedded (exec_stub_blob.S).
+std::span<const unsigned char> exec_stub_image();
+
+// Parent side, before clone: a memfd holding the stub, sealed against any change
+// (F_SEAL_SEAL|SHRINK|GROW|WRITE), close-on-exec (hooks the parent runs do not get it, and
+// the child's exec of it does not pass it on). About 8 us: memfd_create, one write, fcntl.
+Result<unique_fd> make_exec_stub();
+
+// Child side, the very last step: execs `exe` with argv/envp through the stub in stub_fd.
+// Returns only when the stub itself could not be exec'd (or, on the direct path, the
+// program), with that errno; a failed exec of the program happens in the stub (see error_fd).
+//
+//  * filter: the seccomp program this process runs under (null: none of ours). Were its
+//    answer for execveat anything but ALLOW or LOG, the stub is exec'd through
+//    /proc/self/fd/N with plain execve instead, which the program's own exec needs anyway;
+//    and when the container has no procfs at /proc (ENOENT), the program is exec'd
+//    directly: then "#!/proc/self/exe" cannot resolve either, and /proc/PID/exe is out of
+//    reach, so the attack this guards against needs what the container lacks.
+//  * error_fd >= 0: the stub writes the errno of a failed exec of the program into it
+//    (one native int) and exits 127; the fd is close-on-exec for the program, so the
+//    reader sees EOF when the exec succeeded. error_fd < 0: the stub prints
+//    `forkbox: exec: "ARGV0": TEXT` (Go's errno text, init's wording) to fd 2, exits 127.
+Result<void> exec_through_stub(int stub_fd, const std::string& exe, char* const argv[],
+                               char* const envp[], const SeccompProgram* filter = nullptr,
+                               int error_fd = -1);
+
+}  // namespace forkbox

@@ -1,0 +1,155 @@
+#include "libforkbox/process/namespaces.hpp"
+
+#include <fcntl.h>
+#include <linux/nsfs.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "oci/linux_names.hpp"
+
+namespace forkbox {
+
+namespace {
+Result<void> write_text(const std::string& path, const std::string& text) {
+    unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd) return sys_error("open " + path);
+    ssize_t n = ::write(fd.get(), text.data(), text.size());
+    if (n < 0) return sys_error("write " + path);
+    if (static_cast<size_t>(n) != text.size()) return fail(EIO, "short write to " + path);
+    return {};
+}
+}  // namespace
+
+Result<std::vector<OpenNamespace>> open_namespaces(const std::vector<NamespaceJoin>& joins) {
+    std::vector<OpenNamespace> out;
+    for (const auto& j : joins) {
+        OpenNamespace ns;
+        ns.clone_flag = j.clone_flag;
+        ns.path = j.path;
+        ns.fd.reset(::open(j.path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!ns.fd) return sys_error("open " + j.type + " namespace " + j.path);
+        int type = ::ioctl(ns.fd.get(), NS_GET_NSTYPE);
+        if (type < 0) return sys_error(j.path + " is not a namespace");
+        if (type != j.clone_flag)
+            return fail(EINVAL, "namespace path " + j.path + " is not a " + j.type + " namespace");
+        out.push_back(std::move(ns));
+    }
+    return out;
+}
+
+Result<void> join_namespaces(std::vector<OpenNamespace>& namespaces) {
+    std::vector<OpenNamespace*> retry;
+    OpenNamespace* user = nullptr;
+    for (auto& ns : namespaces) {
+        if (ns.clone_flag == CLONE_NEWUSER) {
+            user = &ns;
+            continue;
+        }
+        if (::setns(ns.fd.get(), ns.clone_flag) < 0) {
+            if (errno != EPERM) return sys_error("join namespace " + ns.path);
+            retry.push_back(&ns);
+        }
+    }
+    if (user && ::setns(user->fd.get(), CLONE_NEWUSER) < 0) return sys_error("join user namespace " + user->path);
+    for (auto* ns : retry)
+        if (::setns(ns->fd.get(), ns->clone_flag) < 0) return sys_error("join namespace " + ns->path);
+    for (auto& ns : namespaces) ns.fd.reset();
+    return {};
+}
+
+std::string format_id_mappings(const std::vector<oci::IdMapping>& maps) {
+    std::string out;
+    char line[80];
+    for (const auto& m : maps) {
+        std::snprintf(line, sizeof line, "%u %u %u\n", m.container_id, m.host_id, m.size);
+        out += line;
+    }
+    return out;
+}
+
+Result<void> write_id_mappings(pid_t pid, const std::vector<oci::IdMapping>& uids,
+                               const std::vector<oci::IdMapping>& gids) {
+    std::string base = "/proc/" + std::to_string(pid);
+    if (!uids.empty()) FB_TRY(write_text(base + "/uid_map", format_id_mappings(uids)));
+    if (!gids.empty()) FB_TRY(write_text(base + "/gid_map", format_id_mappings(gids)));
+    return {};
+}
+
+Result<void> enter_new_time_namespace(const std::vector<std::pair<std::string, oci::TimeOffset>>& offsets) {
+    if (::unshare(CLONE_NEWTIME) < 0) return sys_error("unshare time namespace");
+    // Offsets can only be written while no process lives in the namespace: write them
+    // first, then enter it ourselves.
+    std::string text;
+    char line[96];
+    for (const auto& [clock, off] : offsets) {
+        std::snprintf(line, sizeof line, "%s %lld %u\n", clock.c_str(), static_cast<long long>(off.secs),
+                      off.nanosecs);
+        text += line;
+    }
+    if (!text.empty()) FB_TRY(write_text("/proc/self/timens_offsets", text));
+    unique_fd ns(::open("/proc/self/ns/time_for_children", O_RDONLY | O_CLOEXEC));
+    if (!ns) return sys_error("open time_for_children");
+    if (::setns(ns.get(), CLONE_NEWTIME) < 0) return sys_error("enter time namespace");
+    return {};
+}
+
+Result<NamespaceVisit> NamespaceVisit::enter(const std::vector<OpenNamespace>& namespaces) {
+    NamespaceVisit v;
+    for (const auto& ns : namespaces) {
+        const auto* kind = oci::namespace_kind_by_flag(ns.clone_flag);
+        if (!kind) return fail(EINVAL, "unknown namespace flag");
+        OpenNamespace home;
+        home.clone_flag = ns.clone_flag;
+        home.path = "/proc/self/ns/" + std::string(kind->proc_name);
+        home.fd.reset(::open(home.path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!home.fd) return sys_error("open " + home.path);
+        v.home_.push_back(std::move(home));
+    }
+    for (const auto& ns : namespaces)
+        if (::setns(ns.fd.get(), ns.clone_flag) < 0) return sys_error("enter " + ns.path);  // ~v restores
+    return v;
+}
+
+NamespaceVisit::~NamespaceVisit() {
+    for (const auto& ns : home_)
+        if (ns.fd && ::setns(ns.fd.get(), ns.clone_flag) < 0) std::abort();  // never run on in a foreign namespace
+}
+
+Result<void> bring_up_loopback() {
+    unique_fd sock(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!sock) return sys_error("socket for loopback setup");
+    ifreq ifr{};
+    std::memcpy(ifr.ifr_name, "lo", 3);
+    if (::ioctl(sock.get(), SIOCGIFFLAGS, &ifr) < 0) return sys_error("get lo flags");
+    ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
+    if (::ioctl(sock.get(), SIOCSIFFLAGS, &ifr) < 0) return sys_error("set lo up");
+    return {};
+}
+
+Result<void> set_hostname(const std::string& name) {
+    if (::sethostname(name.data(), name.size()) < 0) return sys_error("sethostname " + name);
+    return {};
+}
+
+Result<void> set_domainname(const std::string& name) {
+    if (::setdomainname(name.data(), name.size()) < 0) return sys_error("setdomainname " + name);
+    return {};
+}
+
+Result<void> apply_sysctls(const std::vector<std::pair<std::string, std::string>>& sysctls) {
+    for (const auto& [key, value] : sysctls) {
+        std::string path = "/proc/sys/";
+        for (char c : key) path += (c == '.') ? '/' : c;
+        FB_TRY_CTX(write_text(path, value), "sysctl " + key);
+    }
+    return {};
+}
+
+}  // namespace forkbox

@@ -1,0 +1,62 @@
+// Linux namespaces: joining by path (type-checked), id mappings, time offsets, hostname.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "libforkbox/base/error.hpp"
+#include "libforkbox/base/fd.hpp"
+#include "libforkbox/plan/plan.hpp"
+
+namespace forkbox {
+
+struct OpenNamespace {
+    int clone_flag = 0;
+    std::string path;
+    unique_fd fd;
+};
+
+// Opens each namespace path and checks it names a namespace of the declared type
+// (a net namespace path given as "pid" is refused before anything is created).
+Result<std::vector<OpenNamespace>> open_namespaces(const std::vector<NamespaceJoin>& joins);
+
+// setns into each; user namespace first. Joins refused with EPERM before the user namespace
+// is entered are retried after it (their owner may be that user namespace).
+Result<void> join_namespaces(std::vector<OpenNamespace>& namespaces);
+
+// While it lives, this (single-threaded) process is in the given namespaces; its own are
+// restored on destruction. Used around a clone so the child inherits them.
+class NamespaceVisit {
+public:
+    static Result<NamespaceVisit> enter(const std::vector<OpenNamespace>& namespaces);
+    NamespaceVisit(NamespaceVisit&&) = default;
+    NamespaceVisit& operator=(NamespaceVisit&&) = default;
+    ~NamespaceVisit();
+
+private:
+    NamespaceVisit() = default;
+    std::vector<OpenNamespace> home_;
+};
+
+// Writes /proc/<pid>/uid_map and gid_map (parent side).
+Result<void> write_id_mappings(pid_t pid, const std::vector<oci::IdMapping>& uids,
+                               const std::vector<oci::IdMapping>& gids);
+
+// Text of an id map file: "0 100000 65536\n" per mapping (pure).
+std::string format_id_mappings(const std::vector<oci::IdMapping>& maps);
+
+// unshare(CLONE_NEWTIME), write the offsets, and move this process into the new namespace.
+Result<void> enter_new_time_namespace(const std::vector<std::pair<std::string, oci::TimeOffset>>& offsets);
+
+// Sets lo up in the current (new) network namespace, as runc does for a namespace it creates.
+Result<void> bring_up_loopback();
+
+Result<void> set_hostname(const std::string& name);
+Result<void> set_domainname(const std::string& name);
+
+// Writes each sysctl under /proc/sys (dots become slashes).
+Result<void> apply_sysctls(const std::vector<std::pair<std::string, std::string>>& sysctls);
+
+}  // namespace forkbox

@@ -1,0 +1,91 @@
+#include "libforkbox/process/pidfd.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "libforkbox/base/syscalls.hpp"
+
+namespace forkbox {
+
+std::optional<ProcStat> read_proc_stat(pid_t pid) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    unique_fd fd(::open(path, O_RDONLY | O_CLOEXEC));
+    if (!fd) return std::nullopt;
+    char buf[1024];
+    ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
+    if (n <= 0) return std::nullopt;
+    buf[n] = 0;
+    // comm may contain spaces and parentheses: fields start after the last ')'.
+    char* p = std::strrchr(buf, ')');
+    if (!p || p[1] != ' ') return std::nullopt;
+    p += 2;
+    ProcStat st;
+    st.state = *p;
+    // Field 3 is state; start time is field 22: skip 19 more fields.
+    for (int field = 3; field < 22; ++field) {
+        p = std::strchr(p, ' ');
+        if (!p) return std::nullopt;
+        ++p;
+    }
+    st.start_time = std::strtoull(p, nullptr, 10);
+    return st;
+}
+
+bool process_alive(pid_t pid, uint64_t start_time) {
+    if (pid <= 0) return false;
+    auto st = read_proc_stat(pid);
+    if (!st) return false;
+    if (start_time != 0 && st->start_time != start_time) return false;
+    return st->state != 'Z' && st->state != 'X';
+}
+
+Result<unique_fd> open_pidfd(pid_t pid, uint64_t start_time) {
+    unique_fd fd(sys::pidfd_open(pid));
+    if (!fd) return sys_error("pidfd_open " + std::to_string(pid));
+    // Checked after opening: from here on the pidfd pins the process we verified.
+    if (!process_alive(pid, start_time)) return fail(ESRCH, "process " + std::to_string(pid) + " is gone");
+    return fd;
+}
+
+bool wait_pidfd_exit(int pidfd, int timeout_ms) {
+    struct pollfd p {pidfd, POLLIN, 0};
+    for (;;) {
+        int r = ::poll(&p, 1, timeout_ms);
+        if (r < 0 && errno == EINTR) continue;
+        return r > 0;
+    }
+}
+
+ChildGuard::~ChildGuard() { kill_now(); }
+
+void ChildGuard::kill_now() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+}
+
+Result<int> wait_child(pid_t pid) {
+    int status = 0;
+    for (;;) {
+        if (::waitpid(pid, &status, 0) >= 0) return status;
+        if (errno != EINTR) return sys_error("waitpid " + std::to_string(pid));
+    }
+}
+
+int exit_code_from_status(int status) {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return 255;
+}
+
+}  // namespace forkbox

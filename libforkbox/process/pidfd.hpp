@@ -1,0 +1,57 @@
+// Process identity and liveness: a pid plus its start time names one process for good,
+// and pidfds let us wait for or signal it without racing pid reuse.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "libforkbox/base/error.hpp"
+#include "libforkbox/base/fd.hpp"
+
+namespace forkbox {
+
+struct ProcStat {
+    char state = '?';         // R S D Z T ...
+    uint64_t start_time = 0;  // clock ticks after boot
+};
+
+// Reads /proc/<pid>/stat; nullopt when the process does not exist.
+std::optional<ProcStat> read_proc_stat(pid_t pid);
+
+// True when pid still names the process that started at start_time and is not a zombie.
+bool process_alive(pid_t pid, uint64_t start_time);
+
+// A pidfd for pid, verified against start_time after opening (ESRCH if it is gone or reused).
+Result<unique_fd> open_pidfd(pid_t pid, uint64_t start_time);
+
+// Waits until the process behind a pidfd exits, up to timeout_ms (-1: forever).
+// Returns true when it exited.
+bool wait_pidfd_exit(int pidfd, int timeout_ms);
+
+// Kills and reaps a child of ours if the scope is left before dismiss().
+class ChildGuard {
+public:
+    ChildGuard() = default;
+    explicit ChildGuard(pid_t pid) : pid_(pid) {}
+    ChildGuard(const ChildGuard&) = delete;
+    ChildGuard& operator=(const ChildGuard&) = delete;
+    ~ChildGuard();
+    void reset(pid_t pid) { pid_ = pid; }
+    pid_t pid() const { return pid_; }
+    void dismiss() { pid_ = -1; }
+    // Kills and reaps now rather than at scope exit.
+    void kill_now();
+
+private:
+    pid_t pid_ = -1;
+};
+
+// waitpid that retries on EINTR; returns the raw status.
+Result<int> wait_child(pid_t pid);
+
+// Exit status as runc reports it: the code, or 128 + signal number.
+int exit_code_from_status(int status);
+
+}  // namespace forkbox

@@ -1,0 +1,54 @@
+// Numbered, typed messages between `create` (parent) and container init (child) over a
+// SOCK_SEQPACKET socketpair. The protocol, in order:
+//
+//   parent -> child   Go              state JSON for hooks; cgroup placement is done
+//   child  -> parent  UsernsReady     (new user ns) write my uid/gid maps
+//   parent -> child   UsernsDone
+//   child  -> parent  InitPid         (intermediate only) value = host pid of init
+//   child  -> parent  RuntimeHooks    (hooks present) run prestart + createRuntime now
+//   parent -> child   RuntimeHooksDone
+//   child  -> parent  SeccompListener (notify rules) the filter's listener fd attached
+//   parent -> child   SeccompListenerDone  the agent at listenerPath has it
+//   child  -> parent  Ready           init is about to block on the exec fifo
+//   child  -> parent  Error           value = errno, payload = message; child then exits
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "libforkbox/base/error.hpp"
+#include "libforkbox/base/fd.hpp"
+
+namespace forkbox {
+
+enum class SyncType : uint32_t {
+    Go = 1,
+    UsernsReady,
+    UsernsDone,
+    InitPid,
+    RuntimeHooks,
+    RuntimeHooksDone,
+    Ready,
+    Error,
+    SeccompListener,
+    SeccompListenerDone,
+};
+
+struct SyncMessage {
+    SyncType type{};
+    int32_t value = 0;
+    std::string payload;
+    unique_fd fd;  // an fd passed with the message (SCM_RIGHTS), if any
+};
+
+Result<void> sync_send(int fd, SyncType type, int32_t value = 0, std::string_view payload = {},
+                       int pass_fd = -1);
+// Blocks for the next message. EOF (peer gone without a message) is an EPIPE error.
+Result<SyncMessage> sync_recv(int fd);
+// Receives and checks the type; an Error message from the peer becomes this call's error.
+Result<SyncMessage> sync_expect(int fd, SyncType type);
+
+const char* sync_type_name(SyncType t);
+
+}  // namespace forkbox
