@@ -23,3 +23,10 @@ start=$(date +%s%N)
 "$forkbox" --root "$work/state" run --bundle "$work/bundle" forkbox-demo-2 >/dev/null
 end=$(date +%s%N)
 echo "== a second forkbox run (seccomp program from the state root's cache) took $(( (end - start) / 1000 )) us"
+# The CI use: the bundle's path instead of an id, a generated id, a deadline.
+echo "== cd $work && forkbox run --timeout 1s bundle/   (a container that would sleep 60 s)"
+jq '.process.args = ["sh", "-c", "echo sleeping; sleep 60"]' "$work/bundle/config.json" >"$work/bundle/config.json.new"
+mv "$work/bundle/config.json.new" "$work/bundle/config.json"
+code=0
+(cd "$work" && "$forkbox" --root "$work/state" run --timeout 1s bundle/) || code=$?
+echo "== exit code $code (124: killed at the deadline); containers left: $("$forkbox" --root "$work/state" list -q | wc -l)"

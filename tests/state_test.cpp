@@ -173,3 +173,28 @@ TEST(Rfc3339Utc, MatchesGmtime) {
         EXPECT_EQ(forkbox::rfc3339_utc(t, 123), want) << t;
     }
 }
+
+TEST(BundleId, IsTheBundleNameAndTheSuffix) {
+    EXPECT_EQ(container_id_for_bundle("app", "0123abcd"), "app-0123abcd");
+    EXPECT_TRUE(id_ok(container_id_for_bundle("app", random_id_suffix())));
+}
+
+TEST(BundleId, CharactersAnIdCannotHoldBecomeDashes) {
+    EXPECT_EQ(container_id_for_bundle("my bundle:v1", "00000000"), "my-bundle-v1-00000000");
+    EXPECT_EQ(container_id_for_bundle("caf\xc3\xa9", "00000000"), "caf---00000000");
+}
+
+TEST(BundleId, ANameOfDotsOrNothingBecomesBundle) {
+    EXPECT_EQ(container_id_for_bundle("", "00000000"), "bundle-00000000");
+    EXPECT_EQ(container_id_for_bundle("..", "00000000"), "bundle-00000000");
+    EXPECT_EQ(container_id_for_bundle("/", "00000000"), "bundle-00000000");
+}
+
+TEST(BundleId, ALongNameIsCutTo64Bytes) {
+    EXPECT_EQ(container_id_for_bundle(std::string(300, 'x'), "00000000"), std::string(64, 'x') + "-00000000");
+}
+
+TEST(BundleId, SuffixesDiffer) {
+    EXPECT_NE(random_id_suffix(), random_id_suffix());
+    EXPECT_EQ(random_id_suffix().size(), 8u);
+}

@@ -40,6 +40,7 @@ void configure(const std::string& path, bool json, bool debug) {
 
 bool debug_enabled() { return sink().debug; }
 bool has_file() { return sink().fd >= 0; }
+int file_fd() { return sink().fd; }
 
 void write(Level level, std::string_view msg) {
     Sink& s = sink();

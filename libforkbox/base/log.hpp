@@ -21,5 +21,7 @@ inline void error(std::string_view m) { write(Level::Error, m); }
 bool debug_enabled();
 // True when a --log file is set: the CLI then prints errors on stderr too, like runc.
 bool has_file();
+// The --log file's descriptor, or -1: a forked helper that closes what it inherited keeps it.
+int file_fd();
 
 }  // namespace forkbox::log

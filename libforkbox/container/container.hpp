@@ -4,8 +4,8 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
-
 #include <optional>
 #include <string>
 #include <string_view>
@@ -66,10 +66,16 @@ struct RunOptions {
     CreateOptions create;
     bool detach = false;
     bool keep = false;
+    // --timeout: every process of the container is killed at the deadline; run exits 124.
+    std::optional<std::chrono::nanoseconds> timeout;
+    // The container lives only as long as this run (`forkbox run BUNDLE/`, the CI use):
+    // SIGINT, SIGTERM and SIGHUP kill it (run exits 128 + N) instead of being forwarded,
+    // and a guardian process removes it even when forkbox itself is SIGKILLed.
+    bool ephemeral = false;
 };
 
 // create + start + wait, forwarding signals; returns the container's exit code
-// (128 + N when killed by signal N), or 0 with detach.
+// (128 + N when killed by signal N; 124 at the --timeout deadline), or 0 with detach.
 Result<int> run_container(const StateStore& store, const RunOptions& options);
 
 // `exec`: a new process in a running container. Either a whole process.json (--process)

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -119,6 +120,28 @@ Result<void> validate_container_id(const std::string& id) {
         if (!id_char(c)) return fail(EINVAL, "invalid container ID format: " + id);
     if (id == "." || id == "..") return fail(EINVAL, "invalid container ID format: " + id);
     return {};
+}
+
+std::string container_id_for_bundle(std::string_view bundle_name, std::string_view suffix) {
+    std::string name;
+    for (char c : bundle_name.substr(0, 64)) name += id_char(c) ? c : '-';
+    // Dots alone ("." or "..", the cwd as a bundle) say nothing about the bundle.
+    if (name.find_first_not_of(".-") == std::string::npos) name = "bundle";
+    return name + "-" + std::string(suffix);
+}
+
+std::string random_id_suffix() {
+    uint32_t bits = 0;
+    if (::getrandom(&bits, sizeof bits, 0) != sizeof bits) {
+        // No entropy this early in boot: time and pid still make a collision unlikely, and
+        // create refuses a taken id anyway.
+        struct timespec ts;
+        ::clock_gettime(CLOCK_MONOTONIC, &ts);
+        bits = static_cast<uint32_t>(ts.tv_nsec) ^ (static_cast<uint32_t>(::getpid()) << 16);
+    }
+    char buf[9];
+    std::snprintf(buf, sizeof buf, "%08x", bits);
+    return buf;
 }
 
 Result<void> ContainerDir::write_state(const ContainerState& s) const {

@@ -43,6 +43,13 @@ Result<ContainerState> parse_state(std::string_view json);
 // Ids: non-empty, at most 1024 bytes of [A-Za-z0-9_+-.], not "." or "..".
 Result<void> validate_container_id(const std::string& id);
 
+// The id of a container run straight from a bundle (`forkbox run BUNDLE/`): the bundle
+// directory's name with anything an id cannot hold replaced by '-' (at most 64 bytes of it;
+// "bundle" when nothing is left), a '-', and `suffix` that makes it unique: "app-3f9c2a71".
+std::string container_id_for_bundle(std::string_view bundle_name, std::string_view suffix);
+// Eight random hex digits (getrandom) for container_id_for_bundle.
+std::string random_id_suffix();
+
 // An open, locked container directory. The lock is released when this is destroyed.
 class ContainerDir {
 public:

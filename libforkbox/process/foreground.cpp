@@ -54,6 +54,16 @@ bool pump_master(int master) {
     }
 }
 
+// Milliseconds to the deadline for poll(), rounded up so a wake-up is never early; -1 for none.
+int poll_timeout(const std::optional<std::chrono::steady_clock::time_point>& deadline) {
+    if (!deadline) return -1;
+    auto left = *deadline - std::chrono::steady_clock::now();
+    if (left <= left.zero()) return 0;
+    return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+}
+
+bool cancels(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP; }
+
 }  // namespace
 
 Result<ForwardedSignals> ForwardedSignals::block() {
@@ -76,6 +86,12 @@ ForwardedSignals::~ForwardedSignals() {
 }
 
 Result<int> supervise_foreground(pid_t pid, const ForwardedSignals& signals, int master) {
+    FB_ASSIGN(ForegroundExit exit, supervise_foreground(pid, signals, master, Supervision{}));
+    return exit.code;
+}
+
+Result<ForegroundExit> supervise_foreground(pid_t pid, const ForwardedSignals& signals, int master,
+                                            const Supervision& supervision) {
     std::optional<RawTerminal> raw;
     bool stdin_open = false;
     if (master >= 0) {
@@ -86,12 +102,24 @@ Result<int> supervise_foreground(pid_t pid, const ForwardedSignals& signals, int
     }
     int code = -1;
     bool master_open = master >= 0;
+    ForegroundExit exit;
+    auto stop = [&] {
+        if (supervision.kill_container) supervision.kill_container();
+        else ::kill(pid, SIGKILL);
+    };
     while (code < 0) {
         pollfd fds[3] = {{signals.fd(), POLLIN, 0}, {master_open ? master : -1, POLLIN, 0},
                          {stdin_open ? 0 : -1, POLLIN, 0}};
-        if (::poll(fds, 3, -1) < 0) {
+        int timeout = exit.timed_out || exit.cancelled_by ? -1 : poll_timeout(supervision.deadline);
+        int ready = ::poll(fds, 3, timeout);
+        if (ready < 0) {
             if (errno == EINTR) continue;
             return sys_error("poll");
+        }
+        if (ready == 0) {  // the deadline
+            exit.timed_out = true;
+            stop();
+            continue;
         }
         if (fds[1].revents) master_open = pump_master(master);
         if (fds[2].revents) {
@@ -120,6 +148,11 @@ Result<int> supervise_foreground(pid_t pid, const ForwardedSignals& signals, int
                 }
             } else if (sig == SIGWINCH) {
                 if (master >= 0) copy_window_size(0, master);
+            } else if (supervision.cancel_on_signal && cancels(sig)) {
+                if (!exit.cancelled_by && !exit.timed_out) {
+                    exit.cancelled_by = sig;
+                    stop();
+                }
             } else if (sig != SIGURG) {
                 ::kill(pid, sig);
             }
@@ -127,7 +160,8 @@ Result<int> supervise_foreground(pid_t pid, const ForwardedSignals& signals, int
     }
     // What the process wrote just before it exited is still in the pty.
     if (master_open) (void)pump_master(master);
-    return code;
+    exit.code = exit.timed_out ? 124 : exit.cancelled_by ? 128 + exit.cancelled_by : code;
+    return exit;
 }
 
 }  // namespace forkbox

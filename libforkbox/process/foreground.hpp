@@ -5,6 +5,10 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <chrono>
+#include <functional>
+#include <optional>
+
 #include "libforkbox/base/error.hpp"
 #include "libforkbox/base/fd.hpp"
 
@@ -27,10 +31,29 @@ private:
     bool restore_ = false;
 };
 
+// What a supervised run may end early: a deadline, and (for a run that owns its container,
+// such as `forkbox run BUNDLE` in CI) the signals that cancel a job. Either calls
+// kill_container, which must kill every process of the container; the run then still
+// waits for `pid` to exit.
+struct Supervision {
+    std::optional<std::chrono::steady_clock::time_point> deadline;
+    bool cancel_on_signal = false;  // SIGINT, SIGTERM, SIGHUP kill instead of being forwarded
+    std::function<void()> kill_container;
+};
+
+struct ForegroundExit {
+    int code = 0;           // 128 + N when killed by signal N
+    bool timed_out = false;  // the deadline passed: code is 124, as coreutils timeout
+    int cancelled_by = 0;    // the cancelling signal: code is 128 + it
+};
+
 // Waits until `pid` (a child of ours) exits, forwarding signals to it. With a pty master
 // (>= 0): the caller's stdin goes to the master, the master's output to stdout, a tty stdin
-// is in raw mode meanwhile, and SIGWINCH resizes the pty. Returns the exit code (128 + N
-// when killed by signal N).
+// is in raw mode meanwhile, and SIGWINCH resizes the pty.
+Result<ForegroundExit> supervise_foreground(pid_t pid, const ForwardedSignals& signals, int pty_master,
+                                            const Supervision& supervision);
+// The same without deadline or cancelling: returns the exit code (128 + N when killed by
+// signal N).
 Result<int> supervise_foreground(pid_t pid, const ForwardedSignals& signals, int pty_master);
 
 }  // namespace forkbox
