@@ -35,6 +35,8 @@ DEB_PACKAGES := build-essential pkg-config git libseccomp-dev libyajl-dev libcap
 	jq runc iproute2 procps util-linux python3
 # integration/cgroupv2.bats reads the device programs attached to a cgroup with bpftool.
 DEB_PACKAGES += bpftool
+# Rootless: newuidmap/newgidmap map subuid/subgid ranges for an unprivileged user.
+DEB_PACKAGES += uidmap
 # integration/podman.bats: podman (with conmon and catatonit for --init) drives forkbox;
 # bsdutils' `script` gives `podman run -it` a terminal.
 DEB_PACKAGES += podman conmon catatonit bsdutils

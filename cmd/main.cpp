@@ -11,6 +11,7 @@
 #include "cmd/common.hpp"
 #include "libforkbox/base/log.hpp"
 #include "libforkbox/base/trace.hpp"
+#include "libforkbox/process/rootless.hpp"
 #include "libforkbox/zygote/zygote.hpp"
 #include "oci/spec.hpp"
 
@@ -42,7 +43,7 @@ Commands:
   daemon     keep warm namespace templates for zygote mode
 
 Global options:
-  --root DIR               state directory (default /run/forkbox)
+  --root DIR               state directory (default /run/forkbox; rootless: $XDG_RUNTIME_DIR/forkbox)
   --log FILE               log file (default: stderr)
   --log-format text|json   log format (default text)
   --debug                  log debug messages
@@ -82,9 +83,6 @@ int main(int argc, char** argv) {
     trace::open_from_env();
     trace::mark("main");
     Globals g;
-    g.root = "/run/forkbox";
-    if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg && ::geteuid() != 0)
-        g.root = std::string(xdg) + "/forkbox";
     std::string rootless;
     int i = 1;
     for (; i < argc; ++i) {
@@ -135,6 +133,8 @@ int main(int argc, char** argv) {
         return 1;
     }
     log::configure(g.log_file, g.log_format == "json", g.debug);
+    // Only without --root: telling root in a user namespace apart costs a read of /proc.
+    if (g.root.empty()) g.root = default_state_root();
     if (const char* z = std::getenv("FORKBOX_ZYGOTE"); g.zygote_socket.empty() && z && std::string_view(z) == "1")
         g.zygote_socket = zygote::default_socket_path();
     if (i >= argc) {

@@ -64,6 +64,10 @@ std::string features_json() {
 
     w.key("annotations").begin_object();
     w.key("run.forkbox.version").value(FORKBOX_VERSION);
+    // Rootless: what an unprivileged caller gets (README "Rootless").
+    w.key("run.forkbox.rootless").value("true");
+    w.key("run.forkbox.rootless.idmaps").value("own-id,newuidmap");
+    w.key("run.forkbox.rootless.cgroups").value("delegated-only");
     w.end_object();
     w.end_object();
     return w.take() + "\n";

@@ -1,6 +1,8 @@
 #include "oci/validate.hpp"
 
 #include <cerrno>
+#include <charconv>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -496,6 +498,52 @@ Result<void> validate(const Spec& spec) {
     FB_TRY(check_mounts(spec));
     FB_TRY(check_hooks(spec));
     FB_TRY(check_linux(spec));
+    return {};
+}
+
+namespace {
+
+bool id_is_mapped(uint32_t id, const std::vector<IdMapping>& maps) {
+    for (const auto& m : maps)
+        if (id >= m.container_id && id - m.container_id < m.size) return true;
+    return false;
+}
+
+// The id of a mount option "uid=N" ("gid=N"), when it is one.
+std::optional<uint32_t> id_option(std::string_view option, std::string_view key) {
+    if (!option.starts_with(key)) return std::nullopt;
+    std::string_view digits = option.substr(key.size());
+    uint32_t v = 0;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+    if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+    return v;
+}
+
+}  // namespace
+
+Result<void> validate_rootless(const Spec& spec) {
+    const Namespace* user = nullptr;
+    if (spec.linux)
+        for (const auto& ns : spec.linux->namespaces)
+            if (ns.type == "user") user = &ns;
+    if (!user) return fail(EINVAL, "rootless container requires user namespaces");
+    // A namespace joined by path comes with its mappings.
+    if (!user->path.empty()) return {};
+    if (spec.linux->uid_mappings.empty()) return fail(EINVAL, "rootless containers requires at least one UID mapping");
+    if (spec.linux->gid_mappings.empty()) return fail(EINVAL, "rootless containers requires at least one GID mapping");
+    for (const auto& m : spec.mounts) {
+        for (const auto& o : m.options) {
+            if (auto uid = id_option(o, "uid="); uid && !id_is_mapped(*uid, spec.linux->uid_mappings))
+                return fail(EINVAL, "cannot specify uid= mount options for unmapped uid in rootless containers");
+            if (auto gid = id_option(o, "gid="); gid && !id_is_mapped(*gid, spec.linux->gid_mappings))
+                return fail(EINVAL, "cannot specify gid= mount options for unmapped gid in rootless containers");
+        }
+    }
+    if (spec.process)
+        for (uint32_t gid : spec.process->user.additional_gids)
+            if (!id_is_mapped(gid, spec.linux->gid_mappings))
+                return fail(EINVAL, "cannot specify unmapped additional gid " + std::to_string(gid) +
+                                        " in rootless containers");
     return {};
 }
 

@@ -16,6 +16,11 @@ namespace forkbox::oci {
 // consistent with the settings that depend on them, paths absolute.
 Result<void> validate(const Spec& spec);
 
+// What a container needs when forkbox runs as an unprivileged user (runc's rootless
+// checks, in its words): a user namespace, with uid and gid mappings unless it is joined by
+// path; uid=/gid= mount options and additional gids that the mappings cover.
+Result<void> validate_rootless(const Spec& spec);
+
 // The process part alone, as `exec --process` uses it. `path` prefixes the error messages.
 Result<void> validate_process(const Process& process, std::string_view path = "process");
 

@@ -180,3 +180,25 @@ TEST(CgroupLayout, MalformedLinesAreSkipped) {
         "41 31 0:38 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw\n");
     EXPECT_EQ(mountpoints(l), (std::vector<std::string>{"/sys/fs/cgroup"}));
 }
+
+// ---- cgroup_dirs_of_process: the cgroups a process is in, per hierarchy ----
+
+TEST(ProcessCgroups, EachHierarchyGetsItsLineOfProcCgroup) {
+    auto layout = parse_cgroup_layout(kHybridHost);
+    auto dirs = cgroup_dirs_of_process(layout,
+                                       "9:name=systemd:/user.slice\n4:memory:/jobs/42\n1:cpu:/\n0::/jobs/42\n");
+    ASSERT_EQ(dirs.size(), layout.hierarchies.size());
+    for (size_t i = 0; i < dirs.size(); ++i) {
+        const auto& mp = layout.hierarchies[i].mountpoint;
+        if (mp == "/sys/fs/cgroup/memory") EXPECT_EQ(dirs[i], "/sys/fs/cgroup/memory/jobs/42");
+        else if (mp == "/sys/fs/cgroup/systemd") EXPECT_EQ(dirs[i], "/sys/fs/cgroup/systemd/user.slice");
+        else if (mp == "/sys/fs/cgroup/cpu") EXPECT_EQ(dirs[i], "/sys/fs/cgroup/cpu");
+        else if (mp == "/sys/fs/cgroup/unified") EXPECT_EQ(dirs[i], "/sys/fs/cgroup/unified/jobs/42");
+        else EXPECT_EQ(dirs[i], "") << mp;
+    }
+}
+
+TEST(ProcessCgroups, CombinedControllersMatchInAnyOrder) {
+    auto layout = parse_cgroup_layout("32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n");
+    EXPECT_EQ(cgroup_dirs_of_process(layout, "2:cpuacct,cpu:/a\n"), std::vector<std::string>{"/sys/fs/cgroup/cpu,cpuacct/a"});
+}

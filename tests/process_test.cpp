@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -140,4 +141,33 @@ TEST(Capabilities, NameWithoutCapPrefixIsUnknown) {
     Capabilities c;
     c.permitted = {"CHOWN"};
     EXPECT_EQ(error_of(c), "process.capabilities.permitted: unknown capability \"CHOWN\"");
+}
+
+// ---- plan_id_map_writer: who writes a user namespace's maps ----
+
+TEST(IdMapWriter, RootWritesEveryMapDirectly) {
+    auto w = plan_id_map_writer({IdMapping{0, 100000, 65536}}, {IdMapping{0, 100000, 65536}}, 0, 0);
+    ASSERT_TRUE(w.has_value());
+    EXPECT_TRUE(w->newuidmap.empty());
+    EXPECT_TRUE(w->newgidmap.empty());
+    EXPECT_FALSE(w->deny_setgroups);
+}
+
+TEST(IdMapWriter, AUserWritesItsOwnSingleMappingAfterDenyingSetgroups) {
+    auto w = plan_id_map_writer({IdMapping{0, 23456, 1}}, {IdMapping{0, 23457, 1}}, 23456, 23457);
+    ASSERT_TRUE(w.has_value());
+    EXPECT_TRUE(w->newuidmap.empty());
+    EXPECT_TRUE(w->newgidmap.empty());
+    EXPECT_TRUE(w->deny_setgroups);
+}
+
+TEST(IdMapWriter, AnyOtherMapOfAUserNeedsTheToolsNamedInTheError) {
+    const char* saved = std::getenv("PATH");
+    std::string path = saved ? saved : "";
+    ::setenv("PATH", "/nonexistent", 1);
+    auto w = plan_id_map_writer({IdMapping{0, 23456, 1}, IdMapping{1, 100000, 65536}}, {IdMapping{0, 23456, 1}},
+                                23456, 23456);
+    ::setenv("PATH", path.c_str(), 1);
+    ASSERT_FALSE(w.has_value());
+    EXPECT_NE(w.error().what().find("newuidmap"), std::string::npos) << w.error().what();
 }

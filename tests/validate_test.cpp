@@ -487,3 +487,65 @@ TEST(Validate, NetDeviceNamesAreInterfaceNames) {
     s.linux->net_devices["eth1"] = NetDevice{"a/b"};
     EXPECT_EQ(error_of(s), "linux.netDevices.eth1.name: invalid interface name \"a/b\"");
 }
+
+// ---- validate_rootless: runc's rootless checks, in its words ----
+
+namespace {
+Spec rootless_spec() {
+    Spec s = valid_spec();
+    remove_namespace(s, "network");
+    s.linux->namespaces.push_back(Namespace{"user", ""});
+    s.linux->uid_mappings = {IdMapping{0, 23456, 1}};
+    s.linux->gid_mappings = {IdMapping{0, 23456, 1}};
+    return s;
+}
+std::string rootless_error(const Spec& s) {
+    auto r = validate_rootless(s);
+    EXPECT_FALSE(r.has_value()) << "validated";
+    return r ? std::string() : r.error().context();
+}
+}  // namespace
+
+TEST(ValidateRootless, SpecRootlessTemplateIsValid) { EXPECT_TRUE(validate_rootless(rootless_spec()).has_value()); }
+
+TEST(ValidateRootless, AUserNamespaceIsRequired) {
+    Spec s = rootless_spec();
+    remove_namespace(s, "user");
+    EXPECT_EQ(rootless_error(s), "rootless container requires user namespaces");
+}
+
+TEST(ValidateRootless, ANewUserNamespaceNeedsBothMappings) {
+    Spec s = rootless_spec();
+    s.linux->gid_mappings.clear();
+    EXPECT_EQ(rootless_error(s), "rootless containers requires at least one GID mapping");
+    s.linux->uid_mappings.clear();
+    EXPECT_EQ(rootless_error(s), "rootless containers requires at least one UID mapping");
+}
+
+TEST(ValidateRootless, AUserNamespaceJoinedByPathNeedsNoMappings) {
+    Spec s = rootless_spec();
+    remove_namespace(s, "user");
+    s.linux->namespaces.push_back(Namespace{"user", "/proc/1234/ns/user"});
+    s.linux->uid_mappings.clear();
+    s.linux->gid_mappings.clear();
+    EXPECT_TRUE(validate_rootless(s).has_value());
+}
+
+TEST(ValidateRootless, MountIdOptionsMustBeMapped) {
+    Spec s = rootless_spec();
+    s.mounts.push_back(Mount{"/mnt", "tmpfs", "tmpfs", {"uid=0", "gid=0"}, {}, {}});
+    EXPECT_TRUE(validate_rootless(s).has_value());
+    s.mounts.back().options = {"uid=5"};
+    EXPECT_EQ(rootless_error(s), "cannot specify uid= mount options for unmapped uid in rootless containers");
+    s.mounts.back().options = {"gid=5"};
+    EXPECT_EQ(rootless_error(s), "cannot specify gid= mount options for unmapped gid in rootless containers");
+}
+
+TEST(ValidateRootless, AdditionalGidsMustBeMapped) {
+    Spec s = rootless_spec();
+    s.linux->gid_mappings = {IdMapping{0, 23456, 1}, IdMapping{1, 100000, 65536}};
+    s.process->user.additional_gids = {0, 10, 65536};
+    EXPECT_TRUE(validate_rootless(s).has_value());
+    s.process->user.additional_gids = {65537};
+    EXPECT_EQ(rootless_error(s), "cannot specify unmapped additional gid 65537 in rootless containers");
+}

@@ -146,6 +146,42 @@ CgroupPlacement::~CgroupPlacement() {
     if (!committed_ && !created_.empty()) (void)remove_cgroups(created_);
 }
 
+namespace {
+// "cpu,cpuacct" names the same hierarchy as "cpuacct,cpu".
+std::vector<std::string_view> controller_set(std::string_view list) {
+    auto v = split(list, ',');
+    std::sort(v.begin(), v.end());
+    return v;
+}
+}  // namespace
+
+std::vector<std::string> cgroup_dirs_of_process(const CgroupLayout& layout, std::string_view text) {
+    std::vector<std::string> dirs(layout.hierarchies.size());
+    size_t pos = 0;
+    while (pos < text.size()) {
+        size_t end = text.find('\n', pos);
+        if (end == std::string_view::npos) end = text.size();
+        std::string_view line = text.substr(pos, end - pos);
+        pos = end + 1;
+        // "ID:controllers:path"; cgroup v2's line is "0::path".
+        size_t a = line.find(':'), b = a == std::string_view::npos ? a : line.find(':', a + 1);
+        if (b == std::string_view::npos) continue;
+        std::string_view controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+        for (size_t i = 0; i < layout.hierarchies.size(); ++i) {
+            const auto& h = layout.hierarchies[i];
+            bool match = h.unified ? controllers.empty()
+                                   : !controllers.empty() && controller_set(controllers) == controller_set(h.controllers);
+            if (match) dirs[i] = h.mountpoint + (path == "/" ? "" : std::string(path));
+        }
+    }
+    return dirs;
+}
+
+Result<std::vector<std::string>> own_cgroup_dirs(const CgroupLayout& layout) {
+    FB_ASSIGN(std::string text, read_file("/proc/self/cgroup"));
+    return cgroup_dirs_of_process(layout, text);
+}
+
 Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::string& path,
                                        const std::string& spare) {
     CgroupPlacement p;

@@ -47,6 +47,12 @@ struct ControllerDir {
 std::optional<ControllerDir> controller_dir(const CgroupLayout& layout, const std::vector<std::string>& dirs,
                                             std::string_view controller);
 
+// The cgroup dirs a process is in, one per hierarchy of the layout, from its
+// /proc/PID/cgroup text (pure): "" for a hierarchy the text does not name.
+std::vector<std::string> cgroup_dirs_of_process(const CgroupLayout& layout, std::string_view proc_cgroup);
+// This process's, from /proc/self/cgroup.
+Result<std::vector<std::string>> own_cgroup_dirs(const CgroupLayout& layout);
+
 // Parses mountinfo text (pure, unit-tested).
 CgroupLayout parse_cgroup_layout(std::string_view mountinfo);
 Result<CgroupLayout> detect_cgroup_layout();

@@ -25,6 +25,7 @@
 #include "libforkbox/process/hooks.hpp"
 #include "libforkbox/process/namespaces.hpp"
 #include "libforkbox/process/pidfd.hpp"
+#include "libforkbox/process/rootless.hpp"
 #include "libforkbox/process/sync.hpp"
 #include "libforkbox/process/terminal.hpp"
 #include "libforkbox/seccomp/cache.hpp"
@@ -57,6 +58,14 @@ Result<std::string> absolute_bundle(const std::string& bundle) {
     return out;
 }
 
+// An unprivileged user's config meets runc's rootless checks first (in runc's words,
+// without a prefix), then the checks every config meets.
+Result<void> validate_config(const oci::Spec& spec) {
+    if (::geteuid() != 0) FB_TRY(oci::validate_rootless(spec));
+    FB_TRY_CTX(oci::validate(spec), "config.json");
+    return {};
+}
+
 struct LoadedConfig {
     oci::Spec spec;
     std::string text;
@@ -83,7 +92,7 @@ Result<LoadedConfig> load_bundle_config(const std::string& bundle, const std::st
         auto program = find_cached_seccomp(member->profile, root);
         if (program && !program->wants_listener()) {
             auto spec = oci::parse_config(member->rest);
-            if (spec && !(spec->linux && spec->linux->seccomp) && oci::validate(*spec)) {
+            if (spec && !(spec->linux && spec->linux->seccomp) && validate_config(*spec)) {
                 trace::mark("create: config parsed");
                 log::debug("seccomp: the profile's program is cached; the profile is not parsed");
                 c.spec = std::move(*spec);
@@ -97,7 +106,7 @@ Result<LoadedConfig> load_bundle_config(const std::string& bundle, const std::st
     trace::mark("create: config parsed");
     if (!spec) return std::unexpected(spec.error().wrap("config.json"));
     c.spec = std::move(*spec);
-    FB_TRY_CTX(oci::validate(c.spec), "config.json");
+    FB_TRY(validate_config(c.spec));
     return c;
 }
 
@@ -170,8 +179,8 @@ int activation_fds() {
 
 // Drives init from Go (sent already) to Ready, doing while_init_works (if any) first.
 // Returns init's pid (the clone child, or the grandchild the intermediate process forked).
-Result<pid_t> drive_init(pid_t child, bool intermediate, int sync_fd, const Plan& plan, ContainerState& state,
-                         std::optional<ChildGuard>& init_guard, const oci::Seccomp* seccomp,
+Result<pid_t> drive_init(pid_t child, bool intermediate, int sync_fd, const Plan& plan, const IdMapWriter& id_maps,
+                         ContainerState& state, std::optional<ChildGuard>& init_guard, const oci::Seccomp* seccomp,
                          const std::function<Result<void>()>& while_init_works) {
     if (while_init_works) FB_TRY(while_init_works());
     pid_t init_pid = intermediate ? 0 : child;
@@ -183,7 +192,7 @@ Result<pid_t> drive_init(pid_t child, bool intermediate, int sync_fd, const Plan
         }
         switch (msg->type) {
         case SyncType::UsernsReady:
-            FB_TRY(write_id_mappings(child, plan.uid_mappings, plan.gid_mappings));
+            FB_TRY(write_id_mappings(child, plan.uid_mappings, plan.gid_mappings, id_maps));
             FB_TRY(sync_send(sync_fd, SyncType::UsernsDone));
             break;
         case SyncType::InitPid:
@@ -280,6 +289,7 @@ public:
 private:
     const oci::Spec& spec() const { return cfg_.spec; }
     Result<void> clone_init(uint64_t flags);
+    Result<void> run_without_cgroups(const Error& refused, std::vector<CgroupWrite>& writes);
 
     const StateStore& store_;
     const CreateOptions& opt_;
@@ -306,8 +316,10 @@ private:
     bool device_program_while_init_works_ = false;
     WarmStart warm_;
     CgroupPlacement cgroups_;
+    std::vector<std::string> mounted_cgroup_dirs_;  // without cgroups of its own: the caller's
 
     // clone_and_drive_init
+    IdMapWriter id_maps_;
     std::vector<OpenNamespace> namespaces_;
     unique_fd parent_end_, child_end_;
     InitArgs args_;
@@ -398,7 +410,13 @@ Result<void> ContainerCreation::place_cgroups() {
     // making them now. Taken right before the cgroups, which consume the spares.
     warm_ = WarmStart::from(warm_request_->take());
     trace::mark("create: zygote answered");
-    FB_ASSIGN(cgroups_, create_cgroups(layout_, plan_.cgroups_path, warm_.spare_cgroup));
+    auto placed = create_cgroups(layout_, plan_.cgroups_path, warm_.spare_cgroup);
+    if (placed) {
+        cgroups_ = std::move(*placed);
+    } else {
+        FB_TRY(run_without_cgroups(placed.error(), cgroup_writes));
+        device_program_.reset();
+    }
     trace::mark("create: cgroups placed");
     // Before clone, so the limits hold from the container's first instruction; on failure
     // the placement guard removes the cgroups again.
@@ -423,8 +441,30 @@ Result<void> ContainerCreation::place_cgroups() {
     return {};
 }
 
+// runc's rootless contract: without permission for cgroups, a container that names no
+// cgroupsPath and sets no limits runs in the caller's cgroup; one that does fails. Device
+// rules are not limits here: a user namespace cannot make device nodes, only bind the
+// spec's own from the host.
+Result<void> ContainerCreation::run_without_cgroups(const Error& refused, std::vector<CgroupWrite>& writes) {
+    int e = refused.errnum();
+    if ((e != EACCES && e != EPERM && e != EROFS) || !rootless_mode().any()) return std::unexpected(refused);
+    if (spec().linux && !spec().linux->cgroups_path.empty())
+        return std::unexpected(refused.wrap("unable to apply cgroup configuration"));
+    std::erase_if(writes, [](const CgroupWrite& w) { return w.file.starts_with("devices."); });
+    if (!writes.empty())
+        return fail(e, "rootless needs no limits + no cgrouppath when no permission is granted for cgroups");
+    log::debug("rootless: no permission for cgroups (" + refused.what() + "): the container stays in ours");
+    // Its /sys/fs/cgroup shows the cgroups it is in: ours. They are not the container's:
+    // state.json names none, so nothing later signals, freezes or removes them.
+    FB_ASSIGN(mounted_cgroup_dirs_, own_cgroup_dirs(layout_));
+    return {};
+}
+
 Result<void> ContainerCreation::clone_and_drive_init() {
     FB_ASSIGN(namespaces_, open_namespaces(plan_.joins));
+    if (plan_.new_namespaces & CLONE_NEWUSER) {
+        FB_ASSIGN(id_maps_, plan_id_map_writer(plan_.uid_mappings, plan_.gid_mappings, ::geteuid(), ::getegid()));
+    }
     int warm_flags = warm_.clone_flags();
 
     int sp[2];
@@ -434,7 +474,7 @@ Result<void> ContainerCreation::clone_and_drive_init() {
 
     args_.plan = &plan_;
     args_.cgroup_layout = &layout_;
-    args_.cgroup_dirs = cgroups_.dirs();
+    args_.cgroup_dirs = cgroups_.dirs().empty() ? mounted_cgroup_dirs_ : cgroups_.dirs();
     FB_ASSIGN(std::vector<unique_fd> task_files, cgroups_.open_v1_task_files(layout_));
     for (const auto& fd : task_files) args_.cgroup_task_fds.push_back(fd.get());
     args_.namespaces = &namespaces_;
@@ -442,6 +482,8 @@ Result<void> ContainerCreation::clone_and_drive_init() {
     args_.state_dir_fd = dir_->fd();
     args_.lock_fd = dir_->lock_fd();
     args_.no_pivot = opt_.no_pivot;
+    args_.unprivileged_parent = ::geteuid() != 0;
+    args_.in_user_namespace = rootless_mode().in_user_namespace;
     args_.new_keyring = !opt_.no_new_keyring;
     args_.preserve_fds = preserve_fds_;
     args_.console_fd = console_fd_.get();
@@ -475,7 +517,7 @@ Result<void> ContainerCreation::clone_and_drive_init() {
     std::function<Result<void>()> while_init_works;
     if (device_program_while_init_works_)
         while_init_works = [&] { return apply_device_program(*device_program_, layout_, cgroups_.dirs()); };
-    auto init_pid = drive_init(child_, args_.intermediate, parent_end_.get(), plan_, state_, init_guard_,
+    auto init_pid = drive_init(child_, args_.intermediate, parent_end_.get(), plan_, id_maps_, state_, init_guard_,
                                spec().linux && spec().linux->seccomp ? &*spec().linux->seccomp : nullptr,
                                while_init_works);
     if (!init_pid) {

@@ -267,7 +267,13 @@ Result<int> exec_container(const StateStore& store, const ExecOptions& opt) {
     ExecChild child_args;
     child_args.process = &proc;
     child_args.pidfd = pidfd.get();
-    child_args.ns_flags = ns_flags & ~kForChildren;
+    // The pid (and time) namespace is joined here, for the child to be born in it. An
+    // unprivileged caller may join it only from inside the container's user namespace,
+    // which owns it: both at once through the pidfd, and the child joins the rest from
+    // there. Non-dumpable, we stay out of reach of the container's root meanwhile.
+    int parent_joins = ns_flags & kForChildren;
+    if (parent_joins && ::geteuid() != 0 && (ns_flags & CLONE_NEWUSER)) parent_joins |= CLONE_NEWUSER;
+    child_args.ns_flags = ns_flags & ~parent_joins;
     for (const auto& f : task_files) child_args.cgroup_task_fds.push_back(f.get());
     child_args.root_fd = root_fd.get();
     child_args.sync_fd = child_end.get();
@@ -286,8 +292,7 @@ Result<int> exec_container(const StateStore& store, const ExecOptions& opt) {
     // Non-dumpable before anything of ours is visible inside: the child inherits it and
     // keeps it until execve.
     if (::prctl(PR_SET_DUMPABLE, 0) < 0) return sys_error("prctl dumpable");
-    if ((ns_flags & kForChildren) && ::setns(pidfd.get(), ns_flags & kForChildren) < 0)
-        return sys_error("join the container's pid namespace");
+    if (parent_joins && ::setns(pidfd.get(), parent_joins) < 0) return sys_error("join the container's pid namespace");
     std::fflush(nullptr);
     pid_t child = sys::clone3_fork(0, unified_dir.get());
     if (child < 0) return sys_error("clone exec process");

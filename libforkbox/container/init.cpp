@@ -42,8 +42,13 @@ bool filter_allows_the_wait(const SeccompProgram& filter) {
 }
 
 Result<void> map_user_namespace(const InitArgs& a) {
+    // An unprivileged parent (or the newuidmap it runs) may open our /proc/PID/uid_map only
+    // while we are dumpable. Nothing of the container runs yet, and we are undumpable again
+    // before anything does (CVE-2016-9962 is about a process in the container seeing us).
+    if (a.unprivileged_parent) ::prctl(PR_SET_DUMPABLE, 1);
     FB_TRY(sync_send(a.sync_fd, SyncType::UsernsReady));
     FB_TRY(sync_expect(a.sync_fd, SyncType::UsernsDone));
+    if (a.unprivileged_parent) ::prctl(PR_SET_DUMPABLE, 0);
     return become_namespace_root();
 }
 
@@ -105,6 +110,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     if (::setsid() < 0) return sys_error("setsid");
     bool in_userns = (plan.new_namespaces & CLONE_NEWUSER) != 0;
     for (const auto& j : plan.joins) in_userns |= j.clone_flag == CLONE_NEWUSER;
+    in_userns |= a.in_user_namespace;
 
     // The caller's session keyring (and the keys in it) must not be shared with the container.
     // Kernels or seccomp profiles without keyctl: carry on, as runc does.

@@ -21,6 +21,8 @@ struct InitArgs {
     int state_dir_fd = -1;  // holds the exec fifo
     int lock_fd = -1;       // the parent's flock: closed at once, or the child would hold it
     bool no_pivot = false;
+    bool unprivileged_parent = false;  // create runs as a user: it maps our ids through /proc/PID
+    bool in_user_namespace = false;    // create runs in a user namespace already (rootless podman)
     bool new_keyring = true;  // a fresh session keyring, named after the container (runc's default)
     int preserve_fds = 0;
     int console_fd = -1;  // connected console socket when process.terminal

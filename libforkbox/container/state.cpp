@@ -212,7 +212,10 @@ Result<unique_fd> lock_dir(int dirfd, const std::string& path) {
 }
 }  // namespace
 
-Result<void> StateStore::ensure_root() const { return mkdir_p(root_, 0711); }
+// A user's root is private to the user, and sticky as runc's: files in $XDG_RUNTIME_DIR
+// without the bit may be cleaned up after six hours (XDG Base Directory spec). Root's lets
+// containers' users reach nothing but what they are told the path of.
+Result<void> StateStore::ensure_root() const { return mkdir_p(root_, ::geteuid() == 0 ? 0711 : 01700); }
 
 Result<ContainerDir> StateStore::create(const std::string& id) const {
     FB_TRY(validate_container_id(id));

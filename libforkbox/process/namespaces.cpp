@@ -4,8 +4,10 @@
 #include <linux/nsfs.h>
 #include <net/if.h>
 #include <sched.h>
+#include <spawn.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -74,11 +76,89 @@ std::string format_id_mappings(const std::vector<oci::IdMapping>& maps) {
     return out;
 }
 
+namespace {
+
+// A single mapping of exactly this id: what an unprivileged user may write itself.
+bool maps_only(const std::vector<oci::IdMapping>& maps, unsigned id) {
+    return maps.size() == 1 && maps[0].host_id == id && maps[0].size == 1;
+}
+
+Result<std::string> find_in_path(const char* tool) {
+    const char* path = std::getenv("PATH");
+    std::string dirs = path && *path ? path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    size_t start = 0;
+    while (start <= dirs.size()) {
+        size_t end = dirs.find(':', start);
+        if (end == std::string::npos) end = dirs.size();
+        std::string candidate = dirs.substr(start, end - start) + "/" + tool;
+        if (end > start && candidate[0] == '/' && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+        start = end + 1;
+    }
+    return fail(ENOENT, std::string(tool) + " not found (Debian package uidmap)");
+}
+
+// Runs `tool PID cid hid size...` with an empty environment (it is setuid root) and waits.
+Result<void> run_id_map_tool(const std::string& tool, pid_t pid, const std::vector<oci::IdMapping>& maps) {
+    std::vector<std::string> words{tool, std::to_string(pid)};
+    for (const auto& m : maps) {
+        words.push_back(std::to_string(m.container_id));
+        words.push_back(std::to_string(m.host_id));
+        words.push_back(std::to_string(m.size));
+    }
+    std::vector<char*> argv;
+    for (auto& w : words) argv.push_back(w.data());
+    argv.push_back(nullptr);
+    char* envp[] = {nullptr};
+    pid_t child;
+    if (int e = ::posix_spawn(&child, tool.c_str(), nullptr, nullptr, argv.data(), envp); e != 0)
+        return sys_error(e, "run " + tool);
+    int status = 0;
+    while (::waitpid(child, &status, 0) < 0)
+        if (errno != EINTR) return sys_error("wait for " + tool);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        std::string command;
+        for (size_t i = 0; i < words.size() && command.size() < 200; ++i) command += (i ? " " : "") + words[i];
+        return fail(EPERM, command + " failed: does /etc/sub" + (tool.ends_with("newuidmap") ? "uid" : "gid") +
+                               " give this user that range?");
+    }
+    return {};
+}
+
+}  // namespace
+
+Result<IdMapWriter> plan_id_map_writer(const std::vector<oci::IdMapping>& uids,
+                                       const std::vector<oci::IdMapping>& gids, uid_t euid, gid_t egid) {
+    IdMapWriter w;
+    if (euid == 0) return w;
+    if (!uids.empty() && !maps_only(uids, euid)) {
+        auto tool = find_in_path("newuidmap");
+        if (!tool) return std::unexpected(tool.error().wrap("mapping uids other than " + std::to_string(euid)));
+        w.newuidmap = *tool;
+    }
+    if (!gids.empty() && !maps_only(gids, egid)) {
+        auto tool = find_in_path("newgidmap");
+        if (!tool) return std::unexpected(tool.error().wrap("mapping gids other than " + std::to_string(egid)));
+        w.newgidmap = *tool;
+    }
+    w.deny_setgroups = !gids.empty() && w.newgidmap.empty();
+    return w;
+}
+
 Result<void> write_id_mappings(pid_t pid, const std::vector<oci::IdMapping>& uids,
-                               const std::vector<oci::IdMapping>& gids) {
+                               const std::vector<oci::IdMapping>& gids, const IdMapWriter& writer) {
     std::string base = "/proc/" + std::to_string(pid);
-    if (!uids.empty()) FB_TRY(write_text(base + "/uid_map", format_id_mappings(uids)));
-    if (!gids.empty()) FB_TRY(write_text(base + "/gid_map", format_id_mappings(gids)));
+    if (!uids.empty()) {
+        if (!writer.newuidmap.empty()) FB_TRY(run_id_map_tool(writer.newuidmap, pid, uids));
+        else FB_TRY(write_text(base + "/uid_map", format_id_mappings(uids)));
+    }
+    if (!gids.empty()) {
+        if (!writer.newgidmap.empty()) {
+            FB_TRY(run_id_map_tool(writer.newgidmap, pid, gids));
+        } else {
+            if (writer.deny_setgroups) FB_TRY(write_text(base + "/setgroups", "deny"));
+            FB_TRY(write_text(base + "/gid_map", format_id_mappings(gids)));
+        }
+    }
     return {};
 }
 

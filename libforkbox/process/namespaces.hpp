@@ -40,9 +40,23 @@ private:
     std::vector<OpenNamespace> home_;
 };
 
+// How a user namespace's maps get written. Directly by root, and by an unprivileged user
+// for a single mapping of its own id (gid_map after setgroups=deny, which the kernel
+// requires then); any other map of an unprivileged user goes through Debian's setuid
+// newuidmap/newgidmap (package uidmap), which check it against /etc/subuid and /etc/subgid.
+struct IdMapWriter {
+    std::string newuidmap, newgidmap;  // absolute paths; empty: that map is written directly
+    bool deny_setgroups = false;       // before a directly written gid_map
+};
+
+// Decided before the clone (paths resolved in PATH, as runc does), so a missing tool is a
+// clear error naming it and nothing has been made yet. euid/egid are the caller's.
+Result<IdMapWriter> plan_id_map_writer(const std::vector<oci::IdMapping>& uids,
+                                       const std::vector<oci::IdMapping>& gids, uid_t euid, gid_t egid);
+
 // Writes /proc/<pid>/uid_map and gid_map (parent side).
 Result<void> write_id_mappings(pid_t pid, const std::vector<oci::IdMapping>& uids,
-                               const std::vector<oci::IdMapping>& gids);
+                               const std::vector<oci::IdMapping>& gids, const IdMapWriter& writer = {});
 
 // Text of an id map file: "0 100000 65536\n" per mapping (pure).
 std::string format_id_mappings(const std::vector<oci::IdMapping>& maps);

@@ -267,7 +267,14 @@ Result<std::vector<unique_fd>> build_in_user_namespace(int key, const IdMaps& ma
         finish();
         return fail(EPERM, "unshare of a user namespace refused");
     }
-    if (auto mapped = write_id_mappings(pid, maps.uids, maps.gids); !mapped) {
+    // A user's daemon maps as a user's create does: its own ids directly, ranges through
+    // newuidmap/newgidmap (the child, a plain fork of ours, is dumpable).
+    auto writer = plan_id_map_writer(maps.uids, maps.gids, ::geteuid(), ::getegid());
+    if (!writer) {
+        finish();
+        return std::unexpected(writer.error());
+    }
+    if (auto mapped = write_id_mappings(pid, maps.uids, maps.gids, *writer); !mapped) {
         finish();
         return std::unexpected(mapped.error());
     }

@@ -15,6 +15,7 @@
 #include "libforkbox/base/hash.hpp"
 #include "libforkbox/base/log.hpp"
 #include "libforkbox/base/unix_socket.hpp"
+#include "libforkbox/process/rootless.hpp"
 #include "libforkbox/cgroup/bpf.hpp"
 #include "oci/linux_names.hpp"
 
@@ -63,7 +64,8 @@ Result<int> parse_int(std::string_view s) {
 
 std::string default_socket_path() {
     if (const char* s = std::getenv("FORKBOX_SOCKET"); s && *s) return s;
-    return "/run/forkbox/forkbox.sock";
+    // Beside the default state: a user's daemon serves that user, under $XDG_RUNTIME_DIR.
+    return default_state_root() + "/forkbox.sock";
 }
 
 int template_key(const Plan& plan) {

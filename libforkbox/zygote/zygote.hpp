@@ -58,7 +58,8 @@ inline constexpr int kTemplateKeyFlags = kTemplateNamespaces | CLONE_NEWUSER;
 // The annotation that opts a container in.
 inline constexpr const char* kAnnotation = "run.forkbox.zygote";
 
-// FORKBOX_SOCKET, else /run/forkbox/forkbox.sock.
+// FORKBOX_SOCKET, else forkbox.sock in the default state root (/run/forkbox, or a user's
+// $XDG_RUNTIME_DIR/forkbox).
 std::string default_socket_path();
 
 // The template namespaces a Plan creates, or 0 when no template fits it. With a new user

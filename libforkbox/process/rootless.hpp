@@ -1,0 +1,24 @@
+// Rootless: forkbox without real root. Either an unprivileged user runs it (it makes the
+// user namespace itself), or it runs as root inside a user namespace someone else made
+// (rootless podman calls it so). Either way cgroups may be out of reach and the state root
+// belongs to the user.
+#pragma once
+
+#include <string>
+
+namespace forkbox {
+
+struct RootlessMode {
+    bool unprivileged = false;       // euid != 0
+    bool in_user_namespace = false;  // /proc/self/uid_map is not the initial namespace's identity map
+    bool any() const { return unprivileged || in_user_namespace; }
+};
+
+// Read once per process (a look at /proc/self/uid_map), then cached.
+const RootlessMode& rootless_mode();
+
+// runc's default state root, for forkbox: $XDG_RUNTIME_DIR/forkbox for an unprivileged user,
+// and for root in a user namespace unless $USER is root; /run/forkbox otherwise.
+std::string default_state_root();
+
+}  // namespace forkbox
