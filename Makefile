@@ -148,6 +148,7 @@ bench: all $(BUILD)/bench-process-floor $(BUILD)/floor-nolibc $(BUILD)/floor-gli
 	@# it raises RLIMIT_MEMLOCK for its device program, which root here cannot).
 	./bench/run-true.sh --shared-root --cgroup2 --no-crun --critical-path
 	./bench/floor.sh
+	./bench/rootless.sh
 	./bench/throughput.sh -t $(BENCH_SECONDS)
 
 # The managers' view: podman and containerd with forkbox against runc.

@@ -284,3 +284,31 @@ assert_nothing_left() {
 	assert_failure
 	assert_stderr_contains "newuidmap"
 }
+
+@test "a user's zygote daemon serves that user's --zygote run warm, in the user's runtime dir" {
+	skip_if_runc "runc has no zygote mode"
+	set_args /bin/fbhelper echo warm
+	as_user "$FORKBOX" daemon --pool 2 </dev/null >"$BATS_TEST_TMPDIR/daemon.log" 2>&1 3>&- 4>&- &
+	local daemon=$!
+	FB_PIDS+=("$daemon")
+	local i
+	for ((i = 0; i < 200; i++)); do
+		[[ -S $RL_XDG/forkbox/forkbox.sock ]] && break
+		sleep 0.05
+	done
+	[[ -S $RL_XDG/forkbox/forkbox.sock ]] || fail "no socket: $(cat "$BATS_TEST_TMPDIR/daemon.log")"
+	run stat -c '%u %a' "$RL_XDG/forkbox/forkbox.sock"
+	assert_output "$RL_UID 600"
+	# The first request for a kind of container is a miss (cold); the next ones are served.
+	for i in 1 2 3; do
+		run --separate-stderr rl_runtime --zygote run --bundle "$BUNDLE" "$CID-$i"
+		assert_success_stderr
+		assert_output warm
+	done
+	run rl_runtime daemon --stats
+	assert_success
+	[[ $output =~ served=([0-9]+) ]] && ((BASH_REMATCH[1] >= 1)) || fail "no template served: $output"
+	kill -TERM "$daemon"
+	wait "$daemon" || true
+	assert_nothing_left
+}
