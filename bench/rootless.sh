@@ -75,12 +75,10 @@ mkdir -p "$work/xdg"
 chown -R "$uid:$gid" "$work/bundle" "$work/xdg"
 chmod 0700 "$work/xdg"
 
-as_user() {
-	env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/nonexistent USER="$user" XDG_RUNTIME_DIR="$work/xdg" \
-		setpriv --reuid "$uid" --regid "$gid" --init-groups "$@"
-}
-as_user "$forkbox" daemon --socket "$work/xdg/zygote.sock" --root "$work/xdg/forkbox-zygote" \
-	--warm "$work/bundle" </dev/null >"$work/daemon.log" 2>&1 &
+# exec: $! must be the daemon's own pid, for the kill in cleanup.
+(exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/nonexistent USER="$user" XDG_RUNTIME_DIR="$work/xdg" \
+	setpriv --reuid "$uid" --regid "$gid" --init-groups "$forkbox" daemon --socket "$work/xdg/zygote.sock" --root "$work/xdg/forkbox-zygote" \
+	--warm "$work/bundle" </dev/null >"$work/daemon.log" 2>&1) &
 daemon=$!
 for ((i = 0; i < 100; i++)); do
 	[[ -S $work/xdg/zygote.sock ]] && break

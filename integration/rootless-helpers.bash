@@ -100,8 +100,16 @@ rl_setup_file() {
 
 # as_user CMD...: CMD as the test user, with a clean environment (no USER=root,
 # XDG_RUNTIME_DIR or HOME of root's leak into the runtime's defaults).
+# In the background (`as_user CMD &`) $! is a subshell's pid, not CMD's: exec as_user_exec
+# there instead, so $! is CMD's own pid and can be signalled.
 as_user() {
 	env -i PATH="$RL_PATH" HOME="$RL_HOME" USER="$RL_USER" XDG_RUNTIME_DIR="$RL_XDG" \
+		setpriv --reuid "$RL_UID" --regid "$RL_GID" --init-groups "$@"
+}
+
+# as_user_exec CMD...: as_user that replaces the calling (sub)shell.
+as_user_exec() {
+	exec env -i PATH="$RL_PATH" HOME="$RL_HOME" USER="$RL_USER" XDG_RUNTIME_DIR="$RL_XDG" \
 		setpriv --reuid "$RL_UID" --regid "$RL_GID" --init-groups "$@"
 }
 

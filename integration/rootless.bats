@@ -288,7 +288,7 @@ assert_nothing_left() {
 @test "a user's zygote daemon serves that user's --zygote run warm, in the user's runtime dir" {
 	skip_if_runc "runc has no zygote mode"
 	set_args /bin/fbhelper echo warm
-	as_user "$FORKBOX" daemon --pool 2 </dev/null >"$BATS_TEST_TMPDIR/daemon.log" 2>&1 3>&- 4>&- &
+	as_user_exec "$FORKBOX" daemon --pool 2 </dev/null >"$BATS_TEST_TMPDIR/daemon.log" 2>&1 3>&- 4>&- &
 	local daemon=$!
 	FB_PIDS+=("$daemon")
 	local i
