@@ -90,7 +90,12 @@ int cmd_exec(const Globals& g, const std::vector<std::string>& args) {
         }
     }
     auto r = exec_container(g.store(), o);
-    if (!r) return report(r.error());
+    // runc's 255: exec itself failed before the process ran, so callers can tell it from
+    // the process's own exit code (argument errors above stay 1, as runc's).
+    if (!r) {
+        report(r.error().wrap("exec failed"));
+        return 255;
+    }
     return *r;
 }
 

@@ -15,7 +15,8 @@ int cmd_kill(const Globals& g, const std::vector<std::string>& args) {
     if (!p.parse(args, vm)) return 0;
     std::string id = require_id(vm, "kill");
     std::string name = vm.count("signal") ? vm["signal"].as<std::string>() : "SIGTERM";
-    auto sig = oci::signal_from_string(name);
+    // Signal 0 is the liveness probe: delivered (checked) as runc does.
+    auto sig = name == "0" ? std::optional<int>(0) : oci::signal_from_string(name);
     if (!sig) return report("invalid signal \"" + name + "\"");
     auto r = kill_container(g.store(), id, *sig, all);
     if (!r) return report(r.error());

@@ -112,6 +112,11 @@ int cmd_ps(const Globals& g, const std::vector<std::string>& args) {
     auto pids = container_pids(g.store(), id);
     if (!pids) return report(pids.error());
     if (format == "json") {
+        // runc marshals an empty list as null.
+        if (pids->empty()) {
+            std::cout << "null\n";
+            return 0;
+        }
         std::string out = "[";
         for (size_t k = 0; k < pids->size(); ++k) {
             if (k) out += ",";

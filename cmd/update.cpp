@@ -43,6 +43,7 @@ int cmd_update(const Globals& g, const std::vector<std::string>& args) {
         "memory-swap", po::value(&swap), "memory plus swap limit (-1: unlimited)")(
         "kernel-memory", po::value<std::string>(), "kernel memory limit (accepted and ignored, as runc)")(
         "kernel-memory-tcp", po::value<std::string>(), "kernel TCP memory limit (accepted and ignored)")(
+        "cpu-share", po::value(&shares), "CPU shares (relative weight; runc's name)")(
         "cpu-shares", po::value(&shares), "CPU shares (relative weight)")(
         "cpu-quota", po::value(&quota), "CPU CFS quota in microseconds")(
         "cpu-period", po::value(&period), "CPU CFS period in microseconds")(
@@ -52,11 +53,15 @@ int cmd_update(const Globals& g, const std::vector<std::string>& args) {
         "cpuset-mems", po::value(&mems), "memory nodes allowed")(
         "pids-limit", po::value(&pids), "maximum number of processes (<= 0: unlimited)")(
         "blkio-weight", po::value(&blkio_weight), "block IO weight (10-1000)")(
+        "l3-cache-schema", po::value<std::string>(), "Intel RDT/CAT L3 cache schema (unsupported: an error when set)")(
+        "mem-bw-schema", po::value<std::string>(), "Intel RDT/MBA memory bandwidth schema (unsupported: an error when set)")(
         "id", po::value<std::string>(), "container id");
     p.positional("id", 1);
     po::variables_map vm;
     if (!p.parse(args, vm)) return 0;
     std::string id = require_id(vm, "update");
+    if (vm.count("l3-cache-schema") || vm.count("mem-bw-schema"))
+        return report("Intel RDT is not supported: --l3-cache-schema and --mem-bw-schema cannot be applied");
 
     oci::Resources r;
     if (!file.empty()) {
@@ -87,7 +92,7 @@ int cmd_update(const Globals& g, const std::vector<std::string>& args) {
         if (!cpu) cpu.emplace();
         return *cpu;
     };
-    if (vm.count("cpu-shares")) cpu_res().shares = shares;
+    if (vm.count("cpu-shares") || vm.count("cpu-share")) cpu_res().shares = shares;
     if (vm.count("cpu-quota")) cpu_res().quota = quota;
     if (vm.count("cpu-period")) cpu_res().period = period;
     if (vm.count("cpu-rt-runtime")) cpu_res().realtime_runtime = rt_runtime;

@@ -237,3 +237,10 @@ start_container() {
 	assert_failure 3
 	assert_output --regexp '/dev/pts/[0-9]+'
 }
+
+@test "exec exits 255 when exec itself fails before the process runs (a --pid-file in a missing directory)" {
+	start_container
+	run --separate-stderr runtime exec --pid-file "$BATS_TEST_TMPDIR/no/such/dir/pid" "$CID" /bin/true
+	assert_failure 255
+	assert_stderr_not_empty
+}

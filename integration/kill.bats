@@ -110,3 +110,16 @@ start_sigwait() {
 	run container_status "$CID"
 	assert_output running
 }
+
+@test "kill ID 0 probes the container: exit 0 while it runs, and fails once it stopped (as runc)" {
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	run runtime kill "$CID" 0
+	assert_success
+	run runtime kill --all "$CID" 0
+	assert_success
+	runtime kill "$CID" KILL
+	wait_for_status "$CID" stopped
+	run runtime kill "$CID" 0
+	assert_failure
+}

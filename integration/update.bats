@@ -78,3 +78,70 @@ setup() {
 	run runtime update --pids-limit 5 no-such-container
 	assert_failure
 }
+
+# Kubernetes' in-place resize on cgroup v1 (containerd CRI sends memory and memsw equal):
+# the kernel keeps memory.limit_in_bytes <= memory.memsw.limit_in_bytes at every moment.
+@test "update raises and lowers memory with memsw on cgroup v1 in the order the kernel accepts" {
+	[ -f /sys/fs/cgroup/memory/memory.memsw.limit_in_bytes ] || skip "no v1 memsw accounting on this host"
+	update_config '.linux.resources.memory = {"limit": 67108864, "swap": 67108864}'
+	run_detached "$CID"
+	run runtime update --memory 134217728 --memory-swap 134217728 "$CID"
+	assert_success
+	run cgroup_file "$CG" memory.limit_in_bytes
+	assert_output 134217728
+	run cgroup_file "$CG" memory.memsw.limit_in_bytes
+	assert_output 134217728
+	run runtime update --memory 33554432 --memory-swap 33554432 "$CID"
+	assert_success
+	run cgroup_file "$CG" memory.limit_in_bytes
+	assert_output 33554432
+	run cgroup_file "$CG" memory.memsw.limit_in_bytes
+	assert_output 33554432
+}
+
+@test "update --memory -1 makes memory (and memsw, when unsaid) unlimited" {
+	[ -f /sys/fs/cgroup/memory/memory.memsw.limit_in_bytes ] || skip "no v1 memsw accounting on this host"
+	update_config '.linux.resources.memory = {"limit": 67108864, "swap": 67108864}'
+	run_detached "$CID"
+	run runtime update --memory -1 "$CID"
+	assert_success
+	local unlimited
+	unlimited=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes)
+	run cgroup_file "$CG" memory.limit_in_bytes
+	assert_output "$unlimited"
+	run cgroup_file "$CG" memory.memsw.limit_in_bytes
+	assert_output "$unlimited"
+}
+
+# A pod cgroup someone else made in the v1 cpuset hierarchy may have empty cpus and mems:
+# no task can join it (ENOSPC) until they are filled from its parent, as runc does.
+@test "a container under an existing, empty v1 cpuset parent gets the parent's cpus and mems" {
+	[ -d /sys/fs/cgroup/cpuset ] || skip "no v1 cpuset hierarchy"
+	mkdir "/sys/fs/cgroup/cpuset/$CID-pod"
+	update_config '.linux.cgroupsPath = $p' --arg p "/$CID-pod/ctr"
+	run_detached "$CID"
+	[ "$(container_status "$CID")" = running ]
+	assert_equal "$(cat "/sys/fs/cgroup/cpuset/$CID-pod/cpuset.cpus")" "$(cat /sys/fs/cgroup/cpuset/cpuset.cpus)"
+	runtime delete --force "$CID"
+	find /sys/fs/cgroup -maxdepth 2 -type d -name "$CID-pod" -exec rmdir {} + 2>/dev/null || true
+}
+
+@test "update takes runc's flag names: --cpu-share sets the CPU shares" {
+	run_detached "$CID"
+	run runtime update --cpu-share 512 "$CID"
+	assert_success
+	if [ -f "/sys/fs/cgroup/cpu$CG/cpu.shares" ]; then
+		run cgroup_file "$CG" cpu.shares
+		assert_output 512
+	fi
+}
+
+@test "update --l3-cache-schema and --mem-bw-schema are refused with a message (no Intel RDT here)" {
+	run_detached "$CID"
+	run --separate-stderr runtime update --l3-cache-schema "L3:0=f" "$CID"
+	assert_failure
+	assert_stderr_not_empty
+	run --separate-stderr runtime update --mem-bw-schema "MB:0=50" "$CID"
+	assert_failure
+	assert_stderr_not_empty
+}

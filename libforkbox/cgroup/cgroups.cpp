@@ -128,12 +128,17 @@ namespace {
 // ENOSPC: copy the parent's values first, as runc does.
 }  // namespace
 
-Result<void> inherit_cpuset(const std::string& dir) {
+Result<void> inherit_cpuset(const std::string& dir, bool only_if_empty) {
     std::string parent = dir.substr(0, dir.find_last_of('/'));
     for (const char* file : {"cpuset.cpus", "cpuset.mems"}) {
+        std::string path = dir + "/" + file;
+        if (only_if_empty) {
+            auto own = read_file(path);
+            if (!own) return std::unexpected(own.error());
+            if (own->find_first_not_of(" \n") != std::string::npos) continue;
+        }
         auto value = read_file(parent + "/" + file);
         if (!value) return std::unexpected(value.error());
-        std::string path = dir + "/" + file;
         unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
         if (!fd) return sys_error("open " + path);
         if (!value->empty() && ::write(fd.get(), value->data(), value->size()) < 0)
@@ -222,6 +227,10 @@ Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::st
                     if (is_cpuset) FB_TRY(inherit_cpuset(dir));
                 } else if (errno != EEXIST) {
                     return sys_error("create cgroup " + dir);
+                } else if (is_cpuset) {
+                    // A parent someone else made (a pod's) may have been left empty: a task
+                    // cannot join a cpuset without cpus and mems (ENOSPC), so fill it as runc does.
+                    FB_TRY(inherit_cpuset(dir, true));
                 }
             }
             i = j + 1;

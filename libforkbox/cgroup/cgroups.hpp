@@ -103,8 +103,9 @@ Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::st
 // cgroup parent `parent`, zygote::cgroup_parent): removed from every v1 hierarchy.
 void remove_spare_cgroups(const CgroupLayout& layout, const std::string& parent, const std::string& spare);
 
-// A new v1 cpuset cgroup starts with no cpus and no memory nodes: copies its parent's.
-Result<void> inherit_cpuset(const std::string& dir);
+// A new v1 cpuset cgroup starts with no cpus and no memory nodes: copies its parent's
+// (with only_if_empty, only those files of dir that are empty).
+Result<void> inherit_cpuset(const std::string& dir, bool only_if_empty = false);
 
 // Removes directories forkbox created, children first; retries briefly while the kernel
 // is still releasing exited tasks (EBUSY).

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -108,9 +109,12 @@ Result<void> plan_memory(Planner& p, const oci::MemoryResources& m) {
     if (!any) return {};
     if (int h = p.v1("memory"); h >= 0) {
         // 0 means unset, as in runc; -1 is unlimited and v1 takes it as is.
+        // An unlimited memory with swap unsaid is unlimited swap too (runc): memsw may never
+        // be below memory.limit_in_bytes, and -1 is above every limit.
+        if (limit == -1 && !swap) swap = -1;
         if (limit) p.add(h, "memory.limit_in_bytes", num(limit));
         if (reservation) p.add(h, "memory.soft_limit_in_bytes", num(reservation));
-        // After the limit: memsw must never be below memory.limit_in_bytes (EINVAL).
+        // After the limit here; apply_cgroup_writes puts it first when it grows.
         if (swap) p.add(h, "memory.memsw.limit_in_bytes", num(swap), swap == -1);
         // Kernel memory limits are gone from new kernels; where the files remain, write them.
         if (m.kernel.value_or(0)) p.add(h, "memory.kmem.limit_in_bytes", num(*m.kernel), true);
@@ -372,8 +376,36 @@ Result<void> write_cgroup_file(const std::string& dir, const std::string& file, 
 }
 }  // namespace
 
-Result<void> apply_cgroup_writes(const std::vector<CgroupWrite>& writes, const CgroupLayout& layout,
+namespace {
+
+// v1 keeps memory.limit_in_bytes <= memory.memsw.limit_in_bytes at every moment (EINVAL
+// otherwise), so the order of the two writes depends on the values live now: raising both,
+// memsw goes first; lowering, the limit does (runc's order: memsw first when it is -1 or
+// above the current limit).
+std::vector<CgroupWrite> order_memory_writes(const std::vector<CgroupWrite>& writes,
+                                             const std::vector<std::string>& dirs) {
+    std::vector<CgroupWrite> out = writes;
+    auto find = [&](const char* file) {
+        return std::find_if(out.begin(), out.end(), [&](const CgroupWrite& w) { return w.file == file; });
+    };
+    auto limit = find("memory.limit_in_bytes"), swap = find("memory.memsw.limit_in_bytes");
+    if (limit == out.end() || swap == out.end() || swap < limit || limit->hierarchy >= dirs.size()) return out;
+    bool swap_first = swap->value == "-1";
+    if (!swap_first) {
+        auto current = read_file(dirs[limit->hierarchy] + "/memory.limit_in_bytes");
+        unsigned long long cur = current ? std::strtoull(current->c_str(), nullptr, 10) : 0;
+        unsigned long long next = std::strtoull(swap->value.c_str(), nullptr, 10);
+        swap_first = current && cur < next;
+    }
+    if (swap_first) std::rotate(limit, swap, swap + 1);
+    return out;
+}
+
+}  // namespace
+
+Result<void> apply_cgroup_writes(const std::vector<CgroupWrite>& unordered, const CgroupLayout& layout,
                                  const std::vector<std::string>& dirs) {
+    std::vector<CgroupWrite> writes = order_memory_writes(unordered, dirs);
     // v2: a controller's files appear in a cgroup only once every ancestor has it in
     // cgroup.subtree_control; enable from the root down.
     std::set<std::string> needed;

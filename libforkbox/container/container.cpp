@@ -293,6 +293,11 @@ Result<void> kill_container(const StateStore& store, const std::string& id, int 
     // Other signals to a paused container stay pending until resume, as with runc.
     bool thaw = sig == SIGKILL && info.status == Status::Paused;
     if (all) {
+        // Without a cgroup, the container's processes are known only through its pid
+        // namespace; without that too, only init can be reached (runc warns the same).
+        if (info.state.cgroup_dirs.empty() && !info.state.own_pid_namespace)
+            log::warn("kill --all: the container has neither a cgroup nor a pid namespace of its own: "
+                      "only its init is signalled (possibly due to lack of cgroup: a delegated cgroup helps)");
         signal_all(info.state, sig);
         if (!info.state.cgroup_dirs.empty()) {
             if (thaw) thaw_if_frozen(info.state);
@@ -328,7 +333,8 @@ Result<void> resume_container(const StateStore& store, const std::string& id) {
 Result<std::vector<pid_t>> container_pids(const StateStore& store, const std::string& id) {
     FB_ASSIGN(ContainerDir dir, open_existing(store, id, StateStore::Lock::None));
     FB_ASSIGN(ContainerInfo info, load_info(dir));
-    if (info.status == Status::Stopped) return fail(ESRCH, "container is not running");
+    // runc lists none (ps then prints its header alone).
+    if (info.status == Status::Stopped) return std::vector<pid_t>{};
     // One hierarchy lists every process; without a cgroup, init is all we know of.
     if (info.state.cgroup_dirs.empty()) return std::vector<pid_t>{info.state.pid};
     return cgroup_pids(info.state.cgroup_dirs.front());

@@ -51,7 +51,7 @@ Result<void> kill_container(const StateStore& store, const std::string& id, int 
 // running" otherwise. resume_container thaws a paused one; "container not paused" otherwise.
 Result<void> pause_container(const StateStore& store, const std::string& id);
 Result<void> resume_container(const StateStore& store, const std::string& id);
-// Pids in the container's cgroup (`ps`); "container is not running" once it has stopped.
+// Pids in the container's cgroup (`ps`); none once it has stopped, as runc.
 Result<std::vector<pid_t>> container_pids(const StateStore& store, const std::string& id);
 Result<void> delete_container(const StateStore& store, const std::string& id, bool force);
 // Writes new limits into a running (or paused, or created) container's cgroup.

@@ -398,6 +398,12 @@ Result<void> check_proc_destination(const MountStep& step) {
     if (d != "/proc" && !d.starts_with("/proc/")) return {};
     if (d == "/proc") {
         if (step.kind == MountKind::Proc) return {};
+        // A bind of a real procfs is what a container sharing the host's pid namespace uses
+        // where it cannot mount one (rootless podman's --pid host), and runc accepts it; the
+        // CVE-2019-16884 class is anything else there.
+        struct statfs fs;
+        if (step.kind == MountKind::Bind && ::statfs(step.source.c_str(), &fs) == 0 && fs.f_type == PROC_SUPER_MAGIC)
+            return {};
         return fail(EINVAL, "mount destination /proc: only a proc filesystem may be mounted there");
     }
     // Files lxcfs and similar tools legitimately cover.
