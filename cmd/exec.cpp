@@ -63,7 +63,8 @@ int cmd_exec(const Globals& g, const std::vector<std::string>& args) {
         "cap,c", po::value(&caps)->composing(), "add a capability to the process's sets")(
         "preserve-fds", po::value(&o.preserve_fds)->default_value(0), "pass this many fds after stdio")(
         "cgroup", po::value(&cgroup), "run in a sub-cgroup (unsupported: an error when set)")(
-        "ignore-paused", "accepted for runc compatibility; exec into a paused container still fails")(
+        "ignore-paused", po::bool_switch(&o.ignore_paused),
+        "exec into a paused container too: the process starts when the container is resumed")(
         "id", po::value<std::string>(), "container id");
     p.positional("id", 1);
     auto [options, command] = split_command(args);

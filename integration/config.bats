@@ -1178,3 +1178,10 @@ HOOK
 	run grep -F "$(readlink -f "$FORKBOX")" "$out"
 	assert_failure
 }
+
+@test "a device rule's access keeps the letters runc knows: \"rwa\" is accepted as rw" {
+	update_config '.linux.resources.devices += [{"allow": true, "type": "c", "major": 1, "minor": 3, "access": "rwa"}]'
+	run_sh 'echo x > /dev/null && echo ok'
+	assert_success
+	assert_output ok
+}

@@ -244,3 +244,18 @@ start_container() {
 	assert_failure 255
 	assert_stderr_not_empty
 }
+
+@test "exec --ignore-paused into a paused container runs the process once it is resumed" {
+	start_container
+	runtime pause "$CID"
+	"$FORKBOX" --root "$ROOT" exec --ignore-paused "$CID" /bin/fbhelper echo after-resume \
+		</dev/null >"$BATS_TEST_TMPDIR/exec.out" 2>&1 3>&- 4>&- &
+	local exec_pid=$!
+	FB_PIDS+=("$exec_pid")
+	sleep 0.5
+	pid_alive "$exec_pid" || fail "exec returned while the container was paused: $(cat "$BATS_TEST_TMPDIR/exec.out")"
+	runtime resume "$CID"
+	wait "$exec_pid"
+	run cat "$BATS_TEST_TMPDIR/exec.out"
+	assert_output after-resume
+}

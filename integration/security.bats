@@ -419,3 +419,19 @@ refute_exe_hunt_hits() {
 	run ! --separate-stderr runtime run --bundle "$BUNDLE" "$CID-2"
 	assert_stderr_contains "exec format error"
 }
+
+@test "a rootfs whose /proc or /sys is a symlink fails create: proc and sysfs need an ordinary directory" {
+	local d
+	for d in proc sys; do
+		rm -rf "$BUNDLE/rootfs/$d"
+		mkdir -p "$BUNDLE/rootfs/elsewhere-$d"
+		ln -s "/elsewhere-$d" "$BUNDLE/rootfs/$d"
+		set_args /bin/true
+		try_create --bundle "$BUNDLE" "$CID"
+		assert_failure
+		assert_stderr_contains "must be mounted on ordinary directory"
+		[ ! -e "$ROOT/$CID" ]
+		rm "$BUNDLE/rootfs/$d"
+		mkdir "$BUNDLE/rootfs/$d"
+	done
+}

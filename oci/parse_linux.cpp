@@ -54,6 +54,12 @@ Result<DeviceRule> parse_device_rule(const Value& v) {
     FB_TRY(opt_integer(v, "major", r.major));
     FB_TRY(opt_integer(v, "minor", r.minor));
     FB_TRY(opt_string(v, "access", r.access));
+    // runc keeps the letters it knows ("rwa" is "rw"); one with none of them stays as it
+    // is, for validation to refuse.
+    std::string known;
+    for (char c : r.access)
+        if ((c == 'r' || c == 'w' || c == 'm') && known.find(c) == std::string::npos) known += c;
+    if (!known.empty()) r.access = known;
     return r;
 }
 

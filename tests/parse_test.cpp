@@ -504,3 +504,11 @@ TEST(ParseConfig, TruncatedConfigIsInvalidJson) {
     EXPECT_EQ(parse_error(R"({"ociVersion": "1.3.0", "process": {"args": ["sh")"),
               "invalid JSON: parse error: premature EOF");
 }
+
+TEST(ParseConfig, DeviceRuleAccessKeepsTheLettersRuncKnows) {
+    Spec s = parse_ok(config(R"("linux": {"resources": {"devices": [
+        {"allow": true, "type": "c", "major": 1, "minor": 3, "access": "rwa"},
+        {"allow": false, "access": "xyz"}]}})"));
+    EXPECT_EQ(s.linux->resources->devices[0].access, "rw");
+    EXPECT_EQ(s.linux->resources->devices[1].access, "xyz");  // nothing known: validate refuses it
+}

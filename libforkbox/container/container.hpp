@@ -92,6 +92,7 @@ struct ExecOptions {
     bool no_new_privs = false;
     std::optional<bool> tty;
     bool detach = false;
+    bool ignore_paused = false;  // runc's --ignore-paused: the process waits for resume
     std::string pid_file;
     std::string console_socket;
     int preserve_fds = 0;

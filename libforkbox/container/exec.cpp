@@ -192,7 +192,10 @@ Result<int> exec_container(const StateStore& store, const ExecOptions& opt) {
     FB_ASSIGN(ContainerState state, dir.read_state());
     Status status = derive_status(state, dir.fifo_exists());
     if (status == Status::Stopped) return fail(EINVAL, "cannot exec in a stopped container");
-    if (status == Status::Paused) return fail(EINVAL, "cannot exec in a paused container");
+    // With --ignore-paused the new process joins the frozen cgroups and starts once the
+    // container is resumed; exec waits for it meanwhile, as runc does.
+    if (status == Status::Paused && !opt.ignore_paused)
+        return fail(EINVAL, "cannot exec in a paused container (use --ignore-paused)");
     FB_ASSIGN(std::string config_text, read_file_at(dir.fd(), kConfigFile));
     auto spec = oci::parse_config(config_text);
     if (!spec) return std::unexpected(spec.error().wrap("container config.json"));

@@ -229,8 +229,25 @@ Result<unique_fd> open_readable_dir(int root_fd, const std::string& path) {
     return fd;
 }
 
+// proc and sysfs go on a real directory of the rootfs, never through a symlink there (runc's
+// rule and words): a symlinked /proc or /sys would put them wherever the image points.
+Result<void> require_ordinary_directory(int root_fd, const MountStep& m, std::string_view fstype) {
+    auto slash = m.destination.find_last_of('/');
+    std::string parent = slash == 0 ? "/" : m.destination.substr(0, slash), name = m.destination.substr(slash + 1);
+    auto dir = open_in_root(root_fd, parent);
+    if (!dir) return dir.error().errnum() == ENOENT ? Result<void>{} : Result<void>(std::unexpected(dir.error()));
+    struct stat st;
+    if (::fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) return {};  // made below
+    if (!S_ISDIR(st.st_mode))
+        return fail(ENOTDIR, "filesystem \"" + std::string(fstype) + "\" must be mounted on ordinary directory (" +
+                                 m.destination + ")");
+    return {};
+}
+
 Result<void> mount_filesystem(const RootfsContext& ctx, int root_fd, const MountStep& m,
                               const char* fstype, unsigned long flags) {
+    if (std::string_view(fstype) == "proc" || std::string_view(fstype) == "sysfs")
+        FB_TRY(require_ordinary_directory(root_fd, m, fstype));
     FB_ASSIGN(unique_fd target, create_in_root(root_fd, m.destination, false));
     FB_TRY(refuse_procfs_target(target.get(), m));
     // tmpcopyup: hold the image's directory before the tmpfs covers it.
