@@ -85,3 +85,23 @@ run_in_tty() {
 	assert_line --index 1 "$BUNDLE"
 	assert_line --index 2 "LISTEN_FDS=2 LISTEN_PID=1"
 }
+
+@test "run -t: the terminal is the process user's, group tty (5), mode 0620, as a login terminal" {
+	set_args /bin/sh -c 'stat -c "%u %g %a" $(tty)'
+	run_in_tty "$FORKBOX --root $ROOT run --bundle $BUNDLE $CID"
+	assert_success
+	assert_output --partial "0 5 620"
+	update_config '.process.user = {"uid": 1000, "gid": 100}'
+	run_in_tty "$FORKBOX --root $ROOT run --bundle $BUNDLE $CID-u"
+	assert_success
+	assert_output --partial "1000 5 620"
+}
+
+@test "exec -t: the terminal is the exec'd process user's, group tty (5), mode 0620" {
+	update_config '.process.terminal = false'
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	run_in_tty "$FORKBOX --root $ROOT exec -t -u 1000:100 $CID /bin/sh -c 'stat -c \"%u %g %a\" \$(tty)'"
+	assert_success
+	assert_output --partial "1000 5 620"
+}

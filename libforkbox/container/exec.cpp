@@ -102,7 +102,7 @@ Result<void> run_exec_child(ExecChild& a) {
         errno != ENOSYS && errno != EACCES && errno != EPERM)
         return sys_error("join the container's session keyring");
 
-    if (proc.terminal) FB_TRY(setup_console(a.console_fd, proc.console_size, proc.user.uid, proc.user.gid));
+    if (proc.terminal) FB_TRY(setup_console(a.console_fd, proc.console_size, proc.user.uid));
     FB_TRY(apply_rlimits(proc.rlimits));
     if (proc.oom_score_adj) FB_TRY(set_oom_score_adj(*proc.oom_score_adj));
     FB_TRY(enter_cwd(proc.cwd));

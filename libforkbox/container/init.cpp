@@ -164,7 +164,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
 
     const oci::Process& proc = plan.process;
     if (proc.terminal) {
-        FB_TRY(setup_console(a.console_fd, proc.console_size, proc.user.uid, proc.user.gid));
+        FB_TRY(setup_console(a.console_fd, proc.console_size, proc.user.uid));
         ::close(a.console_fd);
         a.console_fd = -1;
     }

@@ -33,7 +33,7 @@ Result<unique_fd> connect_unix_socket(const std::string& path, const std::string
     return fd;
 }
 
-Result<void> setup_console(int socket_fd, const std::optional<oci::ConsoleSize>& size, uid_t uid, gid_t gid) {
+Result<void> setup_console(int socket_fd, const std::optional<oci::ConsoleSize>& size, uid_t uid) {
     // The container's own devpts instance (/dev/ptmx -> pts/ptmx in its rootfs).
     unique_fd master(::open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC));
     if (!master) return sys_error("open /dev/ptmx");
@@ -50,8 +50,10 @@ Result<void> setup_console(int socket_fd, const std::optional<oci::ConsoleSize>&
         ws.ws_col = static_cast<unsigned short>(size->width);
         if (::ioctl(master.get(), TIOCSWINSZ, &ws) < 0) return sys_error("set console size");
     }
-    // The process owns its terminal (it may not be root); EPERM in odd user namespaces is fine.
-    if (::fchown(slave.get(), uid, gid) < 0 && errno != EPERM && errno != EINVAL)
+    // The process owns its terminal (it may not be root), as a login terminal: the group
+    // and mode stay the devpts instance's (gid=5 tty, mode=0620 in runc's template).
+    // EPERM in odd user namespaces is fine.
+    if (::fchown(slave.get(), uid, static_cast<gid_t>(-1)) < 0 && errno != EPERM && errno != EINVAL)
         return sys_error("chown pty slave");
 
     char name[32];

@@ -29,7 +29,7 @@ inline Result<unique_fd> connect_console_socket(const std::string& path) {
 // container's /dev/ptmx, applies the console size, sends the master over `socket_fd`
 // (SCM_RIGHTS, with the slave's name as payload, as runc does), and makes the slave its
 // stdin, stdout, stderr and controlling terminal. The caller must be a session leader.
-Result<void> setup_console(int socket_fd, const std::optional<oci::ConsoleSize>& size, uid_t uid, gid_t gid);
+Result<void> setup_console(int socket_fd, const std::optional<oci::ConsoleSize>& size, uid_t uid);
 
 // Receives a pty master sent by setup_console (the far end of a socketpair).
 Result<unique_fd> receive_console_master(int socket_fd);
