@@ -435,3 +435,24 @@ refute_exe_hunt_hits() {
 		mkdir "$BUNDLE/rootfs/$d"
 	done
 }
+
+# runc's rule: linux.devices are made in the rootfs, and the device cgroup allows only the
+# default devices and linux.resources.devices. A device the rules deny stays denied in
+# run, in exec, and after an update that does not touch the device rules.
+@test "a device in linux.devices but denied by the device rules cannot be opened, in run, exec and after update" {
+	update_config '.linux.devices = [{"path": "/dev/kmsg", "type": "c", "major": 1, "minor": 11, "fileMode": 420}]
+		| .linux.resources.devices = [{"allow": false, "access": "rwm"}]
+		| .linux.cgroupsPath = $p' --arg p "/$CID-dev"
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	run runtime exec "$CID" /bin/sh -c 'test -c /dev/kmsg && echo made; head -c1 /dev/kmsg >/dev/null 2>&1 || echo denied'
+	assert_success
+	assert_output "made
+denied"
+	run runtime update --pids-limit 50 "$CID"
+	assert_success
+	run runtime exec "$CID" /bin/sh -c 'head -c1 /dev/kmsg >/dev/null 2>&1 || echo denied; echo x >/dev/null && echo null-ok'
+	assert_success
+	assert_output "denied
+null-ok"
+}

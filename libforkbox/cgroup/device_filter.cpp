@@ -88,14 +88,10 @@ const std::vector<oci::DeviceRule>& default_device_rules() {
     return rules;
 }
 
-std::vector<oci::DeviceRule> effective_device_rules(const std::vector<oci::DeviceRule>& rules,
-                                                    const std::vector<oci::Device>& devices) {
+std::vector<oci::DeviceRule> effective_device_rules(const std::vector<oci::DeviceRule>& rules) {
     std::vector<oci::DeviceRule> out = rules;
     const auto& defaults = default_device_rules();
     out.insert(out.end(), defaults.begin(), defaults.end());
-    for (const auto& d : devices)
-        if (d.type == "c" || d.type == "b" || d.type == "u")
-            out.push_back(allow(d.type == "u" ? "c" : d.type, d.major, d.minor, "rwm"));
     return out;
 }
 

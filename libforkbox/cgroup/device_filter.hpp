@@ -19,10 +19,10 @@ namespace forkbox {
 const std::vector<oci::DeviceRule>& default_device_rules();
 
 // The rules a container's device access is decided by, in order (a later rule wins):
-// linux.resources.devices, then the default devices, then an allow rwm for each of
-// linux.devices (type u counts as c), all after an implicit deny of everything.
-std::vector<oci::DeviceRule> effective_device_rules(const std::vector<oci::DeviceRule>& rules,
-                                                    const std::vector<oci::Device>& devices);
+// linux.resources.devices, then the default devices, all after an implicit deny of
+// everything. linux.devices are made in the rootfs but not allowed here, as with runc: a
+// manager that wants one usable says so in linux.resources.devices (podman and containerd do).
+std::vector<oci::DeviceRule> effective_device_rules(const std::vector<oci::DeviceRule>& rules);
 
 // The v1 devices cgroup that writing `rules` in order leaves behind, after forkbox's initial
 // "devices.deny a" (v1's own semantics, as the kernel's security/device_cgroup.c has them

@@ -224,8 +224,7 @@ Result<void> plan_block_io(Planner& p, const oci::BlockIoResources& b) {
     return {};
 }
 
-Result<void> plan_devices(Planner& p, const std::vector<oci::DeviceRule>& rules,
-                          const std::vector<oci::Device>& devices) {
+Result<void> plan_devices(Planner& p, const std::vector<oci::DeviceRule>& rules) {
     if (rules.empty()) return {};
     int h = p.v1("devices");
     if (h < 0) {
@@ -237,10 +236,10 @@ Result<void> plan_devices(Planner& p, const std::vector<oci::DeviceRule>& rules,
         return no_controller("devices", "devices");
     }
     // Start from nothing, then the rules in their order: the kernel keeps the exceptions in
-    // the order written, and a later rule overrides an earlier one. The default devices and
-    // linux.devices come last, as in the v2 device program.
+    // the order written, and a later rule overrides an earlier one. The default devices
+    // come last, as in the v2 device program.
     p.add(h, "devices.deny", "a");
-    for (const auto& r : effective_device_rules(rules, devices))
+    for (const auto& r : effective_device_rules(rules))
         p.add(h, r.allow ? "devices.allow" : "devices.deny",
               device_rule_text(r.type, r.major, r.minor, r.access));
     return {};
@@ -268,11 +267,10 @@ Result<void> load_v2_controllers(CgroupLayout& layout) {
     return {};
 }
 
-Result<std::vector<CgroupWrite>> plan_cgroup_writes(const oci::Resources& r, const CgroupLayout& layout,
-                                                    const std::vector<oci::Device>& devices) {
+Result<std::vector<CgroupWrite>> plan_cgroup_writes(const oci::Resources& r, const CgroupLayout& layout) {
     Planner p{layout, {}};
     // Device rules first: they restrict what the rest of create may open.
-    FB_TRY(plan_devices(p, r.devices, devices));
+    FB_TRY(plan_devices(p, r.devices));
     if (r.memory) FB_TRY(plan_memory(p, *r.memory));
     if (r.cpu) FB_TRY(plan_cpu(p, *r.cpu));
     if (r.pids_limit) {
@@ -329,12 +327,11 @@ Result<std::vector<CgroupWrite>> plan_cgroup_writes(const oci::Resources& r, con
 }
 
 Result<std::optional<std::vector<bpf_insn>>> plan_device_program(const oci::Resources& r,
-                                                                 const CgroupLayout& layout,
-                                                                 const std::vector<oci::Device>& devices) {
+                                                                 const CgroupLayout& layout) {
     if (r.devices.empty() || !layout.unified()) return std::nullopt;
     Planner p{layout, {}};
     if (p.v1("devices") >= 0) return std::nullopt;  // devices.allow/deny on v1 (plan_cgroup_writes)
-    FB_ASSIGN(auto program, device_filter_program(effective_device_rules(r.devices, devices)));
+    FB_ASSIGN(auto program, device_filter_program(effective_device_rules(r.devices)));
     return program;
 }
 

@@ -38,12 +38,11 @@ Result<void> load_v2_controllers(CgroupLayout& layout);
 
 // The writes, in order. v1 writes go to the hierarchy mounted with the controller; v2 writes
 // to the unified hierarchy when its `controllers` lists the controller. A requested limit
-// that no hierarchy can hold is an error. `devices` (linux.devices) are allowed after the
-// configured device rules, with runc's default devices, when device rules are applied.
+// that no hierarchy can hold is an error. runc's default devices are allowed after the
+// configured device rules, when device rules are applied.
 // Device rules on a host without a v1 devices hierarchy are plan_device_program's.
 Result<std::vector<CgroupWrite>> plan_cgroup_writes(const oci::Resources& resources,
-                                                    const CgroupLayout& layout,
-                                                    const std::vector<oci::Device>& devices = {});
+                                                    const CgroupLayout& layout);
 
 // Enables the v2 controllers the plan uses in cgroup.subtree_control of every parent of the
 // container's v2 cgroup (root first), then writes each file in `dirs` (parallel to the
@@ -53,11 +52,10 @@ Result<void> apply_cgroup_writes(const std::vector<CgroupWrite>& writes, const C
 
 // linux.resources.devices where no v1 hierarchy has the devices controller (cgroup v2, which
 // has none): the eBPF program for the container's v2 cgroup (device_filter.hpp), with the
-// default devices and `devices` allowed after the rules as on v1. std::nullopt when there
+// default devices allowed after the rules as on v1. std::nullopt when there
 // are no device rules, or when v1's devices.allow/deny enforce them (plan_cgroup_writes).
 Result<std::optional<std::vector<bpf_insn>>> plan_device_program(const oci::Resources& resources,
-                                                                 const CgroupLayout& layout,
-                                                                 const std::vector<oci::Device>& devices = {});
+                                                                 const CgroupLayout& layout);
 
 // Attaches `program` to the container's v2 cgroup (in `dirs`, parallel to the layout's
 // hierarchies) in place of the device program attached there before.

@@ -269,15 +269,9 @@ Result<void> update_container(const StateStore& store, const std::string& id, co
     FB_TRY(load_v2_controllers(layout));
     if (layout.hierarchies.size() != info.state.cgroup_dirs.size())
         return fail(EINVAL, "the host's cgroup layout changed since the container was created");
-    // New device rules replace the old ones; the container's linux.devices stay allowed.
-    std::vector<oci::Device> devices;
-    if (!resources.devices.empty()) {
-        FB_ASSIGN(std::string text, read_file_at(dir.fd(), kConfigFile));
-        FB_ASSIGN(oci::Spec spec, oci::parse_config(text));
-        if (spec.linux) devices = spec.linux->devices;
-    }
-    FB_ASSIGN(auto writes, plan_cgroup_writes(resources, layout, devices));
-    FB_ASSIGN(auto device_program, plan_device_program(resources, layout, devices));
+    // New device rules replace the old ones; without any, the device rules stay as they are.
+    FB_ASSIGN(auto writes, plan_cgroup_writes(resources, layout));
+    FB_ASSIGN(auto device_program, plan_device_program(resources, layout));
     FB_TRY(apply_cgroup_writes(writes, layout, info.state.cgroup_dirs));
     if (device_program) FB_TRY(apply_device_program(*device_program, layout, info.state.cgroup_dirs));
     return {};

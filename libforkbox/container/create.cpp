@@ -403,8 +403,8 @@ Result<void> ContainerCreation::place_cgroups() {
     std::vector<CgroupWrite> cgroup_writes;
     if (spec().linux && spec().linux->resources) {
         if (layout_.unified()) FB_TRY_CTX(load_v2_controllers(layout_), "cgroup");
-        FB_ASSIGN(cgroup_writes, plan_cgroup_writes(*spec().linux->resources, layout_, spec().linux->devices));
-        FB_ASSIGN(device_program_, plan_device_program(*spec().linux->resources, layout_, spec().linux->devices));
+        FB_ASSIGN(cgroup_writes, plan_cgroup_writes(*spec().linux->resources, layout_));
+        FB_ASSIGN(device_program_, plan_device_program(*spec().linux->resources, layout_));
     }
     // Zygote mode: fresh namespaces and spare cgroups from a warm template instead of
     // making them now. Taken right before the cgroups, which consume the spares.

@@ -154,7 +154,7 @@ Result<const RootfsRecipe*> recipe_for(std::map<std::string, RootfsRecipe>& reci
     FB_ASSIGN(recipe.layout, detect_cgroup_layout());
     if (spec->linux && spec->linux->resources) {
         // Clients load it themselves when this fails.
-        auto program = plan_device_program(*spec->linux->resources, recipe.layout, spec->linux->devices);
+        auto program = plan_device_program(*spec->linux->resources, recipe.layout);
         if (program && *program) {
             auto loaded = bpf_prog_load(BPF_PROG_TYPE_CGROUP_DEVICE, **program, kDeviceProgramName);
             if (loaded) recipe.device_program = std::move(*loaded);
