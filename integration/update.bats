@@ -145,3 +145,16 @@ setup() {
 	assert_failure
 	assert_stderr_not_empty
 }
+
+@test "updates that leave the device rules alone never deny an allowed device meanwhile" {
+	update_config '.linux.resources.devices = [{"allow": false, "access": "rwm"}]'
+	set_args /bin/sh -c 'while :; do cat /dev/null || echo EPERM; done >/dev/shm/reads 2>&1'
+	run_detached "$CID"
+	local i
+	for ((i = 0; i < 30; i++)); do
+		runtime update --pids-limit $((100 + i)) "$CID"
+	done
+	run runtime exec "$CID" /bin/sh -c 'grep -c EPERM /dev/shm/reads || true'
+	assert_success
+	assert_output 0
+}
