@@ -312,3 +312,18 @@ assert_nothing_left() {
 	wait "$daemon" || true
 	assert_nothing_left
 }
+
+@test "an unprivileged CI user runs BUNDLE/ (a generated id, --timeout) and nothing is left" {
+	skip_if_runc "runc takes an id, not a bundle path"
+	set_args /bin/fbhelper echo from a rootless bundle
+	run --separate-stderr rl_runtime run "$BUNDLE/"
+	assert_success_stderr
+	assert_output "from a rootless bundle"
+	set_args /bin/fbhelper sleep 100
+	run --separate-stderr rl_runtime run --timeout 300ms "$BUNDLE/"
+	assert_failure 124
+	run rl_runtime list -q
+	assert_output ""
+	run find "$RL_STATE" -mindepth 1 -maxdepth 1 -type d
+	assert_output ""
+}
