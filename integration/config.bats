@@ -584,6 +584,27 @@ ok"
 Gid: 100000"
 }
 
+# As runc: a bind source is reached as the caller reaches it, not as the container's root
+# (an unprivileged host uid in its user namespace) could.
+@test "with a user namespace, a bind source under a directory only the caller can search still mounts" {
+	open_path_for_others
+	local secret=$BATS_TEST_TMPDIR/secret
+	mkdir -p "$secret/shared"
+	chmod 0700 "$secret"
+	echo hidden-data >"$secret/shared/file"
+	chmod 0755 "$secret/shared"
+	chmod 0644 "$secret/shared/file"
+	mkdir "$BUNDLE/rootfs/shared"
+	update_config '.linux.namespaces += [{"type": "user"}]
+		| .linux.uidMappings = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+		| .linux.gidMappings = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+		| .mounts += [{"destination": "/shared", "type": "bind", "source": $s, "options": ["rbind", "ro"]}]' \
+		--arg s "$secret/shared"
+	run_sh 'cat /shared/file'
+	assert_success
+	assert_output hidden-data
+}
+
 # ---------------------------------------------------------------- seccomp
 
 @test "a seccomp filter makes the listed syscalls fail with errnoRet" {

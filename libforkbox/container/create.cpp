@@ -20,6 +20,7 @@
 #include "libforkbox/container/container.hpp"
 #include "libforkbox/container/init.hpp"
 #include "libforkbox/container/seccomp_agent.hpp"
+#include "libforkbox/mount/rootfs.hpp"
 #include "libforkbox/plan/plan.hpp"
 #include "libforkbox/process/exec_guard.hpp"
 #include "libforkbox/process/hooks.hpp"
@@ -320,6 +321,7 @@ private:
 
     // clone_and_drive_init
     IdMapWriter id_maps_;
+    std::vector<unique_fd> bind_sources_;  // opened here when init enters a new user namespace
     std::vector<OpenNamespace> namespaces_;
     unique_fd parent_end_, child_end_;
     InitArgs args_;
@@ -464,6 +466,13 @@ Result<void> ContainerCreation::clone_and_drive_init() {
     FB_ASSIGN(namespaces_, open_namespaces(plan_.joins));
     if (plan_.new_namespaces & CLONE_NEWUSER) {
         FB_ASSIGN(id_maps_, plan_id_map_writer(plan_.uid_mappings, plan_.gid_mappings, ::geteuid(), ::getegid()));
+        // Bind sources are reached as we can, not as the container's root could, as runc
+        // does: detached copies taken now, attached by init. A user may not clone mounts:
+        // init then binds by path, in the user namespace it made.
+        if (::geteuid() == 0 && !warm_.mount_namespace) {
+            FB_ASSIGN(bind_sources_, open_bind_sources(plan_));
+            for (const auto& fd : bind_sources_) args_.bind_source_trees.push_back(fd.get());
+        }
     }
     int warm_flags = warm_.clone_flags();
 
@@ -510,6 +519,7 @@ Result<void> ContainerCreation::clone_and_drive_init() {
     child_end_.reset();
     console_fd_.reset();
     namespaces_.clear();
+    bind_sources_.clear();
     // Placement is done: clone3 put the child in the v2 cgroup, and it joins the v1
     // hierarchies itself through these fds (see join_v1_cgroups).
     task_files.clear();

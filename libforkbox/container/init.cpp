@@ -131,6 +131,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     trace::mark("init: namespaces set");
     RootfsContext ctx{plan, *a.cgroup_layout, a.cgroup_dirs, in_userns,
                       (plan.new_namespaces & CLONE_NEWCGROUP) != 0};
+    if (!a.bind_source_trees.empty()) ctx.bind_source_trees = &a.bind_source_trees;
     if (a.template_mount_ns >= 0) {
         // A zygote rootfs template: built, pivoted and finalized ahead (hooks of these phases,
         // sysctls and the hostname included, see zygote::rootfs_template_fits). Only the
@@ -146,6 +147,8 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
         trace::mark("init: rootfs joined");
     } else {
         FB_TRY(prepare_rootfs(ctx));
+        // Attached now: the host's copies of the bind sources must not outlive their use.
+        for (int fd : a.bind_source_trees) ::close(fd);
         trace::mark("init: mounts done");
 
         if (!plan.hooks.prestart.empty() || !plan.hooks.create_runtime.empty()) {

@@ -35,6 +35,7 @@ struct InitArgs {
     bool intermediate = false;  // this process joins namespaces and forks init itself
     const SeccompProgram* seccomp = nullptr;  // compiled by the parent; null without linux.seccomp
     int exec_stub_fd = -1;  // make_exec_stub()'s sealed memfd: the final exec goes through it
+    std::vector<int> bind_source_trees;  // open_bind_sources' fds per plan mount, or empty
 };
 
 // Runs in the cloned child and never returns: it execs the container process or reports

@@ -132,15 +132,20 @@ Result<void> refuse_procfs_target(int target_fd, const MountStep& m) {
     return fail(EINVAL, "mount destination " + m.destination + " resolves into /proc: refused");
 }
 
-Result<void> mount_bind(const RootfsContext&, int root_fd, const MountStep& m) {
+Result<void> mount_bind(int root_fd, const MountStep& m, int source_tree) {
     struct stat st;
-    if (::stat(m.source.c_str(), &st) < 0) return sys_error("bind mount source " + m.source);
+    int stat_r = source_tree >= 0 ? ::fstat(source_tree, &st) : ::stat(m.source.c_str(), &st);
+    if (stat_r < 0) return sys_error("bind mount source " + m.source);
     bool is_dir = S_ISDIR(st.st_mode);
     FB_ASSIGN(unique_fd target, create_in_root(root_fd, m.destination, !is_dir));
     FB_TRY(refuse_procfs_target(target.get(), m));
-    unsigned long flags = MS_BIND | (m.recursive_bind ? MS_REC : 0);
-    FB_TRY(mount_on_fd(m.source.c_str(), target.get(), nullptr, flags, nullptr,
-                       m.source + " on " + m.destination));
+    if (source_tree >= 0) {
+        FB_TRY(attach_tree(source_tree, target.get(), m.source + " on " + m.destination));
+    } else {
+        unsigned long flags = MS_BIND | (m.recursive_bind ? MS_REC : 0);
+        FB_TRY(mount_on_fd(m.source.c_str(), target.get(), nullptr, flags, nullptr,
+                           m.source + " on " + m.destination));
+    }
     FB_ASSIGN(unique_fd mounted, open_in_root(root_fd, m.destination));
     if (m.bind_needs_remount) {
         unsigned long want = m.flags.set & ~(MS_BIND | MS_REC | MS_REMOUNT);
@@ -451,7 +456,12 @@ Result<void> prepare_rootfs(const RootfsContext& ctx) {
         // /dev is made read-only only after its device nodes exist.
         if (m.destination == "/dev") flags &= ~MS_RDONLY;
         switch (m.kind) {
-        case MountKind::Bind: FB_TRY(mount_bind(ctx, root_fd.get(), m)); break;
+        case MountKind::Bind: {
+            size_t index = static_cast<size_t>(&m - plan.mounts.data());
+            int tree = ctx.bind_source_trees && index < ctx.bind_source_trees->size() ? (*ctx.bind_source_trees)[index] : -1;
+            FB_TRY(mount_bind(root_fd.get(), m, tree));
+            break;
+        }
         case MountKind::Proc: FB_TRY(mount_filesystem(ctx, root_fd.get(), m, "proc", flags)); break;
         case MountKind::Sysfs: FB_TRY(mount_filesystem(ctx, root_fd.get(), m, "sysfs", flags)); break;
         case MountKind::Cgroup: FB_TRY(mount_cgroups(ctx, root_fd.get(), m)); break;
@@ -564,6 +574,16 @@ Result<void> finalize_rootfs(const RootfsContext& ctx) {
             return sys_error("remount / read-only");
     }
     return {};
+}
+
+Result<std::vector<unique_fd>> open_bind_sources(const Plan& plan) {
+    std::vector<unique_fd> trees(plan.mounts.size());
+    for (size_t i = 0; i < plan.mounts.size(); ++i) {
+        const MountStep& m = plan.mounts[i];
+        if (m.kind != MountKind::Bind) continue;
+        FB_ASSIGN(trees[i], clone_tree(AT_FDCWD, m.source.c_str(), m.recursive_bind, "bind mount source " + m.source));
+    }
+    return trees;
 }
 
 Result<std::vector<unique_fd>> clone_cgroup_trees(const RootfsContext& ctx) {

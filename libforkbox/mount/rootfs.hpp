@@ -31,7 +31,15 @@ struct RootfsContext {
     bool v1_cgroups_premounted = false;
     bool replace_premounted_v1 = false;
     bool mount_by_fd = false;         // after pivot_root there is no /proc/self of ours: new mount API
+    // Bind sources opened by `create` before the clone, per plan.mounts index (-1: none): a
+    // source the container's root cannot reach (in its user namespace) still mounts.
+    const std::vector<int>* bind_source_trees = nullptr;
 };
+
+// Detached copies (open_tree) of the plan's bind sources, per plan.mounts index (empty fds
+// for the other mounts), taken by the caller before a new user namespace is entered: as
+// runc, a bind source the caller can reach mounts even where the container's root could not.
+Result<std::vector<unique_fd>> open_bind_sources(const Plan& plan);
 
 // The container's cgroup directories as detached mount trees (open_tree), one per hierarchy,
 // taken in the host's mount namespace for attach_cgroup_trees (none for v1 hierarchies a
