@@ -54,6 +54,7 @@ using Verb = int (*)(const Globals&, const std::vector<std::string>&);
 int cmd_create(const Globals&, const std::vector<std::string>&);
 int cmd_start(const Globals&, const std::vector<std::string>&);
 int cmd_run(const Globals&, const std::vector<std::string>&);
+int cmd_sandbox(const Globals&, const std::vector<std::string>&);
 int cmd_state(const Globals&, const std::vector<std::string>&);
 int cmd_kill(const Globals&, const std::vector<std::string>&);
 int cmd_delete(const Globals&, const std::vector<std::string>&);

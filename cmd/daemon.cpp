@@ -1,3 +1,5 @@
+#include <grp.h>
+
 #include <cstdlib>
 #include <iostream>
 
@@ -41,11 +43,13 @@ Result<zygote::DaemonOptions::WarmKind> bundle_key(const std::string& relative_b
 }  // namespace
 
 int cmd_daemon(const Globals& g, const std::vector<std::string>& args) {
-    VerbParser p("daemon [--socket PATH] [--pool N] [--root DIR] [--warm BUNDLE]... [--stats]",
-                 "Keep warm namespace templates for zygote-mode create/run (in the foreground; SIGTERM stops it).");
+    VerbParser p("daemon [--socket PATH] [--pool N] [--root DIR] [--warm BUNDLE]... [--stats] [sandbox options]",
+                 "Serve sandboxes (forkbox sandbox, the Python SDK) and keep warm namespace templates for\n"
+                 "zygote-mode create/run, on one socket (in the foreground; SIGTERM stops it).");
     zygote::DaemonOptions o;
-    std::vector<std::string> warm;
-    bool stats = false;
+    std::vector<std::string> warm, allow_groups;
+    bool stats = false, no_sandboxes = false;
+    uint64_t max_timeout_ms = 0;
     std::string root = g.root;
     p.add()("socket", po::value(&o.socket_path)->default_value(zygote::default_socket_path()),
             "unix socket to serve (FORKBOX_SOCKET overrides the default)")(
@@ -59,7 +63,16 @@ int cmd_daemon(const Globals& g, const std::vector<std::string>& args) {
         "warm", po::value(&warm)->composing(), "keep templates for this bundle's containers warm from the start")(
         "root", po::value(&root), "state root of the containers served (default: the global --root): "
                                   "--warm bundles' seccomp profiles are compiled into its cache at start")(
-        "stats", po::bool_switch(&stats), "print a running daemon's counters and exit");
+        "stats", po::bool_switch(&stats), "print a running daemon's counters and exit")(
+        "no-sandboxes", po::bool_switch(&no_sandboxes), "serve zygote templates only")(
+        "sandbox-pool", po::value(&o.sandbox.pool_size)->default_value(2), "sandboxes kept ready per kind asked for")(
+        "max-sandboxes", po::value(&o.sandbox.max_live)->default_value(128), "sandboxes at once; more are told to retry (busy)")(
+        "allow-group", po::value(&allow_groups)->composing(),
+        "also serve sandboxes to members of this group (name or gid); by default only the daemon's own user")(
+        "max-timeout-ms", po::value(&max_timeout_ms)->default_value(0), "deadline of every sandbox run (0: only the request's)")(
+        "memory-mb", po::value(&o.sandbox.defaults.memory_mb)->default_value(512), "a sandbox's default memory limit")(
+        "pids", po::value(&o.sandbox.defaults.pids)->default_value(256), "a sandbox's default process limit")(
+        "tmpfs-mb", po::value(&o.sandbox.upper_size_mb)->default_value(512), "size of a sandbox's writable layer, and of its /tmp");
     po::variables_map vm;
     if (!p.parse(args, vm)) return 0;
     if (stats) {
@@ -69,6 +82,25 @@ int cmd_daemon(const Globals& g, const std::vector<std::string>& args) {
         return 0;
     }
     if (o.pool_size < 1 || o.pool_size > 1024) return report("--pool must be between 1 and 1024");
+    if (o.sandbox.pool_size < 0 || o.sandbox.pool_size > 64) return report("--sandbox-pool must be between 0 and 64");
+    if (o.sandbox.max_live < 1) return report("--max-sandboxes must be at least 1");
+    if (o.sandbox.defaults.memory_mb == 0 || o.sandbox.defaults.pids == 0 || o.sandbox.upper_size_mb == 0)
+        return report("--memory-mb, --pids and --tmpfs-mb must be positive");
+    for (const auto& g : allow_groups) {
+        char* end = nullptr;
+        unsigned long gid = std::strtoul(g.c_str(), &end, 10);
+        if (end && *end == '\0' && !g.empty()) {
+            o.sandbox.allowed_groups.push_back(static_cast<gid_t>(gid));
+        } else if (const group* gr = ::getgrnam(g.c_str())) {
+            o.sandbox.allowed_groups.push_back(gr->gr_gid);
+        } else {
+            return report("--allow-group " + g + ": no such group");
+        }
+    }
+    if (max_timeout_ms) o.sandbox.defaults.max_timeout_ms = max_timeout_ms;
+    o.sandboxes = !no_sandboxes;
+    o.sandbox.socket_path = o.socket_path;
+    o.sandbox.stage_dir = o.socket_path + ".stage";
     for (const auto& b : warm) {
         auto key = bundle_key(b, StateStore(root));
         if (!key) return report(key.error());

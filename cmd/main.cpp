@@ -40,7 +40,8 @@ Commands:
   features   print the runtime-spec features this runtime applies
   update     change the cgroup limits of a container
   events     print a container's resource usage and OOM events
-  daemon     keep warm namespace templates for zygote mode
+  daemon     serve sandboxes, and warm namespace templates for zygote mode
+  sandbox    run a command in a fresh sandbox of the running daemon
 
 Global options:
   --root DIR               state directory (default /run/forkbox; rootless: $XDG_RUNTIME_DIR/forkbox)
@@ -151,6 +152,7 @@ int main(int argc, char** argv) {
         {"pause", cmd_pause},   {"resume", cmd_resume}, {"ps", cmd_ps},
         {"update", cmd_update}, {"exec", cmd_exec},     {"events", cmd_events},
         {"daemon", cmd_daemon},
+        {"sandbox", cmd_sandbox},
     };
     // runc verbs that later issues build: fail loudly rather than pretend.
     static const char* not_yet[] = {"checkpoint", "restore"};

@@ -41,6 +41,8 @@
 #include "libforkbox/mount/rootfs.hpp"
 #include "libforkbox/plan/plan.hpp"
 #include "libforkbox/process/namespaces.hpp"
+#include "libforkbox/sandbox/request.hpp"
+#include "libforkbox/sandbox/server.hpp"
 #include "libforkbox/zygote/zygote.hpp"
 #include "oci/linux_names.hpp"
 #include "oci/parse.hpp"
@@ -450,6 +452,9 @@ private:
     void serve(int conn);
     void evict_idle();
     void reap();
+    void start_sandbox_server();
+    void stop_sandbox_server();
+    void hand_to_sandbox_server(unique_fd conn);
 
     DaemonOptions opt_;
     unique_fd listener_, signals_;
@@ -462,7 +467,56 @@ private:
     Clock::time_point last_request_{};
     CgroupLayout cgroups_;  // the v1 hierarchies hold spare cgroups
     long spare_sequence_ = 0;
+    // The sandbox service: its process, and the socket its connections go over.
+    unique_fd sandbox_handoff_;
+    pid_t sandbox_pid_ = -1;
+    Clock::time_point sandbox_restart_at_{};
 };
+
+void Daemon::start_sandbox_server() {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+        log::warn("sandbox: socketpair: " + std::string(std::strerror(errno)));
+        return;
+    }
+    unique_fd ours(sv[0]), theirs(sv[1]);
+    pid_t pid = ::fork();
+    if (pid < 0) {
+        log::warn("sandbox: fork: " + std::string(std::strerror(errno)));
+        return;
+    }
+    if (pid == 0) {
+        // It stops with the daemon, whatever kills the daemon.
+        ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (::getppid() == 1) ::_exit(1);
+        listener_.reset();
+        signals_.reset();
+        builder_.reset();
+        ours.reset();
+        ::_exit(sandbox::serve_sandboxes(theirs.get(), opt_.sandbox));
+    }
+    sandbox_handoff_ = std::move(ours);
+    sandbox_pid_ = pid;
+    sandbox_restart_at_ = Clock::now() + std::chrono::seconds(1);
+}
+
+void Daemon::stop_sandbox_server() {
+    if (sandbox_pid_ > 0) ::kill(sandbox_pid_, SIGTERM);
+    sandbox_handoff_.reset();
+}
+
+// The sandbox service reads the request itself: the connection goes over unread.
+void Daemon::hand_to_sandbox_server(unique_fd conn) {
+    if (!sandbox_handoff_ && sandbox_pid_ < 0 && opt_.sandboxes && Clock::now() >= sandbox_restart_at_)
+        start_sandbox_server();
+    int fd = conn.get();
+    if (sandbox_handoff_ && send_with_fds(sandbox_handoff_.get(), "c", std::span<const int>(&fd, 1), "sandbox handoff"))
+        return;
+    std::string m = sandbox::format_error(sandbox::ErrorKind::SandboxError,
+                                          opt_.sandboxes ? "the daemon's sandbox service is not running (see its log)"
+                                                         : "this daemon serves no sandboxes (started with --no-sandboxes)");
+    ::send(fd, m.data(), m.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
 
 Result<void> Daemon::listen_socket() {
     sockaddr_un addr{};
@@ -649,14 +703,20 @@ int Daemon::refill() {
 
 void Daemon::serve(int conn) {
     unique_fd c(conn);
+    pollfd p{conn, POLLIN, 0};
+    if (::poll(&p, 1, 1000) <= 0) return;
+    char head[16];
+    ssize_t peeked = ::recv(conn, head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
+    if (peeked > 0 && sandbox::looks_like_sandbox_message(std::string_view(head, static_cast<size_t>(peeked)))) {
+        hand_to_sandbox_server(std::move(c));  // it checks its peers itself (--allow-group)
+        return;
+    }
     ucred cred{};
     socklen_t len = sizeof cred;
     if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.uid != ::geteuid()) {
         log::warn("zygote: refused a client with uid " + std::to_string(cred.uid));
         return;
     }
-    pollfd p{conn, POLLIN, 0};
-    if (::poll(&p, 1, 1000) <= 0) return;
     // Bundle paths and id maps make requests of a few KiB at most; a longer one is refused
     // whole (MSG_TRUNC), never read cut short.
     char buf[16384];
@@ -728,7 +788,13 @@ void Daemon::evict_idle() {
 
 void Daemon::reap() {
     int status;
-    while (::waitpid(-1, &status, WNOHANG) > 0) {
+    pid_t pid;
+    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+        if (pid != sandbox_pid_) continue;
+        sandbox_pid_ = -1;
+        sandbox_handoff_.reset();
+        // Started again by the next sandbox request (at most once a second).
+        log::warn("sandbox: the sandbox service exited (status " + std::to_string(status) + ")");
     }
 }
 
@@ -752,6 +818,7 @@ Result<void> Daemon::run() {
         pools_[PoolKey{w.key, w.cgroup_parent, "", w.id_maps}];
         if (!w.rootfs.empty() && rootfs_templates_) pools_[PoolKey{w.key, w.cgroup_parent, w.rootfs, ""}].warmed = true;
     }
+    if (opt_.sandboxes) start_sandbox_server();
     log::info("zygote daemon listening on " + opt_.socket_path + " (pool " + std::to_string(opt_.pool_size) + ")");
     bool stopping = false;
     while (!stopping) {
@@ -777,6 +844,7 @@ Result<void> Daemon::run() {
     }
     log::info("zygote daemon stopping");
     ::unlink(opt_.socket_path.c_str());
+    stop_sandbox_server();
     stop_builder();
     pools_.clear();  // closes every template fd: the namespaces go away
     int status;

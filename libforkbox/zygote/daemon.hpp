@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "libforkbox/base/error.hpp"
+#include "libforkbox/sandbox/server.hpp"
 
 namespace forkbox::zygote {
 
@@ -23,6 +24,9 @@ struct DaemonOptions {
         std::string id_maps;  // encode_id_maps() of a user namespace's maps
     };
     std::vector<WarmKind> warm_keys;
+    // The sandbox service (sandbox/server.hpp), behind the same socket.
+    bool sandboxes = true;
+    sandbox::ServerOptions sandbox;
 };
 
 // Serves until SIGTERM or SIGINT, then releases every template (namespaces and spare

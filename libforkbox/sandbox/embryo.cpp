@@ -1,0 +1,265 @@
+#include "libforkbox/sandbox/embryo.hpp"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/mount.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "libforkbox/base/fd.hpp"
+#include "libforkbox/mount/rootfs.hpp"
+#include "libforkbox/process/caps.hpp"
+#include "libforkbox/process/namespaces.hpp"
+
+namespace forkbox::sandbox {
+
+namespace {
+
+void put(std::string& out, std::string_view s) {
+    out.append(s);
+    out.push_back('\0');
+}
+
+// Reads NUL-terminated strings in order.
+class Reader {
+public:
+    explicit Reader(std::string_view d) : d_(d) {}
+    Result<std::string> next() {
+        size_t end = d_.find('\0');
+        if (end == std::string_view::npos) return fail(EPROTO, "release: truncated");
+        std::string s(d_.substr(0, end));
+        d_.remove_prefix(end + 1);
+        return s;
+    }
+    Result<uint64_t> number() {
+        FB_ASSIGN(std::string s, next());
+        if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return fail(EPROTO, "release: bad number");
+        return std::stoull(s);
+    }
+    bool done() const { return d_.empty(); }
+
+private:
+    std::string_view d_;
+};
+
+[[noreturn]] void die(int control, std::string_view message) {
+    std::string m = "F" + std::string(message);
+    ::send(control, m.data(), m.size(), MSG_NOSIGNAL);
+    ::_exit(1);
+}
+
+Result<void> check(bool ok, std::string what) {
+    if (!ok) return sys_error(std::move(what));
+    return {};
+}
+
+// The sandbox's root: a tmpfs on the stage directory holding the overlay's upper and work
+// directories and the lower layer's mount point, and the overlay on <stage>/root.
+Result<void> build_root(const EmbryoSetup& s, int lower_tree) {
+    const std::string& st = s.stage;
+    FB_TRY(check(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make / private"));
+    std::string size = "size=" + std::to_string(s.upper_size_mb) + "m,mode=755";
+    FB_TRY(check(::mount("sandbox", st.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, size.c_str()) == 0, "mount the stage tmpfs"));
+    for (const char* d : {"/upper", "/work", "/lower", "/root"})
+        FB_TRY(check(::mkdir((st + d).c_str(), 0755) == 0, "mkdir " + st + d));
+    std::string lower = st + "/lower";
+    if (lower_tree >= 0) {
+        // The daemon's idmapped copy of "/": the host's root-owned files are the sandbox
+        // root's, as seen from inside.
+        FB_TRY(check(::syscall(SYS_move_mount, lower_tree, "", AT_FDCWD, lower.c_str(), MOVE_MOUNT_F_EMPTY_PATH) == 0,
+                     "attach the lower layer"));
+        ::close(lower_tree);
+    } else {
+        // Not recursive: the host's other mounts (/proc, /sys, /dev, /run...) stay out.
+        FB_TRY(check(::mount("/", lower.c_str(), nullptr, MS_BIND, nullptr) == 0, "bind / as the lower layer"));
+    }
+    FB_TRY(check(::mount(nullptr, lower.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) == 0,
+                 "make the lower layer read-only"));
+    std::string options = "lowerdir=" + lower + ",upperdir=" + st + "/upper,workdir=" + st + "/work";
+    // In a user namespace overlayfs keeps its metadata in user.* xattrs (tmpfs has them).
+    std::string root = st + "/root";
+    if (::mount("overlay", root.c_str(), "overlay", MS_NOSUID | MS_NODEV, (options + ",userxattr").c_str()) < 0 &&
+        ::mount("overlay", root.c_str(), "overlay", MS_NOSUID | MS_NODEV, options.c_str()) < 0)
+        return sys_error("mount the overlay");
+    return {};
+}
+
+Result<void> build(const EmbryoSetup& s, int lower_tree) {
+    const Plan& plan = *s.plan;
+    FB_TRY_CTX(join_v1_cgroups(s.cgroup_task_fds), "sandbox cgroups");
+    FB_TRY(check(::setresgid(0, 0, 0) == 0, "setresgid 0"));
+    if (s.mapped_range) FB_TRY(check(::setgroups(0, nullptr) == 0, "setgroups"));
+    FB_TRY(check(::setresuid(0, 0, 0) == 0, "setresuid 0"));
+    int flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
+    bool own_network = (plan.new_namespaces & CLONE_NEWNET) != 0;
+    if (own_network) flags |= CLONE_NEWNET;
+    FB_TRY(check(::unshare(flags) == 0, "unshare namespaces"));
+    if (own_network) FB_TRY(bring_up_loopback());
+    FB_TRY(set_hostname(plan.hostname));
+    FB_TRY(build_root(s, lower_tree));
+
+    static const std::vector<std::string> no_cgroup_dirs;  // the sandbox mounts no cgroupfs
+    RootfsContext ctx{plan, *s.cgroup_layout, no_cgroup_dirs, true, true};
+    ctx.bind_source_trees = &s.bind_source_trees;
+    FB_TRY(prepare_rootfs(ctx));
+    for (int fd : s.bind_source_trees)
+        if (fd >= 0) ::close(fd);
+    FB_TRY(enter_rootfs(plan.rootfs, false));
+    FB_TRY(finalize_rootfs(ctx));
+
+    // Hardening, in the order the kernel needs: the bounding set (needs CAP_SETPCAP), the
+    // other sets, no_new_privs, then the filter (which allows what the release still does).
+    FB_ASSIGN(CapabilitySets caps, capability_sets(*plan.process.capabilities));
+    FB_TRY(drop_bounding_set(caps.bounding));
+    FB_TRY(apply_capabilities(caps));
+    FB_TRY(check(::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "no_new_privs"));
+    FB_TRY(load_seccomp(*s.seccomp));
+    return {};
+}
+
+// Receives one message with up to 3 fds; the message is at most buf.size() bytes.
+ssize_t receive(int sock, std::string& buf, int* fds, int& nfds) {
+    iovec iov{buf.data(), buf.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 3)];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    ssize_t n;
+    do {
+        n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    } while (n < 0 && errno == EINTR);
+    nfds = 0;
+    if (n < 0) return n;
+    if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) return -1;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        int count = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        std::memcpy(fds, CMSG_DATA(c), sizeof(int) * static_cast<size_t>(std::min(count, 3)));
+        nfds = std::min(count, 3);
+    }
+    return n;
+}
+
+[[noreturn]] void exec_failed(int control, int err, std::string_view what) {
+    std::string m = "X" + std::to_string(err) + " " + std::string(what) + ": " + std::strerror(err);
+    ::send(control, m.data(), m.size(), MSG_NOSIGNAL);
+    ::_exit(err == ENOENT ? 127 : 126);
+}
+
+[[noreturn]] void run(int control, const Release& r, const int* stdio) {
+    for (int i = 0; i < 3; ++i)
+        if (::dup2(stdio[i], i) < 0) exec_failed(control, errno, "stdio");
+    for (int i = 0; i < 3; ++i)
+        if (stdio[i] > 2) ::close(stdio[i]);
+    if (::chdir(r.cwd.c_str()) < 0) exec_failed(control, errno, "cwd " + r.cwd);
+    if (r.nproc_limit) {
+        rlimit l{r.nproc_limit, r.nproc_limit};
+        if (::setrlimit(RLIMIT_NPROC, &l) < 0) exec_failed(control, errno, "RLIMIT_NPROC");
+    }
+    if (r.address_limit) {
+        rlimit l{r.address_limit, r.address_limit};
+        if (::setrlimit(RLIMIT_AS, &l) < 0) exec_failed(control, errno, "RLIMIT_AS");
+    }
+    if (r.drop_all_caps) {
+        if (!drop_bounding_set(0) || !apply_capabilities(CapabilitySets{})) exec_failed(control, errno, "drop capabilities");
+    }
+    std::vector<char*> argv, envp;
+    for (const auto& a : r.argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    for (const auto& e : r.env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    const std::string& file = r.argv[0];
+    if (file.find('/') != std::string::npos) {
+        ::execve(file.c_str(), argv.data(), envp.data());
+        exec_failed(control, errno, "exec " + file);
+    }
+    // PATH of the command's environment, as a shell would search it.
+    std::string path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    for (const auto& e : r.env)
+        if (e.starts_with("PATH=")) path = e.substr(5);
+    int err = ENOENT;
+    size_t start = 0;
+    while (start <= path.size()) {
+        size_t end = path.find(':', start);
+        if (end == std::string::npos) end = path.size();
+        std::string dir = path.substr(start, end - start);
+        std::string candidate = (dir.empty() ? "." : dir) + "/" + file;
+        ::execve(candidate.c_str(), argv.data(), envp.data());
+        if (errno != ENOENT && errno != ENOTDIR) err = errno;
+        start = end + 1;
+    }
+    exec_failed(control, err, "exec " + file);
+}
+
+}  // namespace
+
+std::string Release::encode() const {
+    std::string out;
+    put(out, cwd);
+    put(out, std::to_string(nproc_limit));
+    put(out, std::to_string(address_limit));
+    put(out, drop_all_caps ? "1" : "0");
+    put(out, std::to_string(argv.size()));
+    for (const auto& a : argv) put(out, a);
+    for (const auto& e : env) put(out, e);
+    return out;
+}
+
+Result<Release> Release::decode(std::string_view data) {
+    Reader in(data);
+    Release r;
+    FB_ASSIGN(r.cwd, in.next());
+    FB_ASSIGN(r.nproc_limit, in.number());
+    FB_ASSIGN(r.address_limit, in.number());
+    FB_ASSIGN(uint64_t drop, in.number());
+    r.drop_all_caps = drop != 0;
+    FB_ASSIGN(uint64_t argc, in.number());
+    if (argc == 0 || argc > data.size()) return fail(EPROTO, "release: bad argc");
+    for (uint64_t i = 0; i < argc; ++i) {
+        FB_ASSIGN(std::string a, in.next());
+        r.argv.push_back(std::move(a));
+    }
+    while (!in.done()) {
+        FB_ASSIGN(std::string e, in.next());
+        r.env.push_back(std::move(e));
+    }
+    return r;
+}
+
+void embryo_main(const EmbryoSetup& s) {
+    int control = s.control_fd;
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // The daemon's signal mask (signalfd) must not reach the command.
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
+
+    std::string buf(kReleaseBufferBytes, '\0');
+    int fds[3] = {-1, -1, -1};
+    int nfds = 0;
+    ssize_t n = receive(control, buf, fds, nfds);
+    if (n <= 0 || buf[0] != 'M') ::_exit(1);  // the daemon gave up on us
+    auto built = build(s, nfds > 0 ? fds[0] : -1);
+    if (!built) die(control, built.error().what());
+    if (::send(control, "R", 1, MSG_NOSIGNAL) < 0) ::_exit(1);
+
+    n = receive(control, buf, fds, nfds);
+    if (n <= 1 || buf[0] != 'G' || nfds != 3) ::_exit(1);
+    auto release = Release::decode(std::string_view(buf.data() + 1, static_cast<size_t>(n - 1)));
+    if (!release) exec_failed(control, EPROTO, "release");
+    run(control, *release, fds);
+}
+
+}  // namespace forkbox::sandbox

@@ -1,0 +1,62 @@
+// A sandbox's first process, on the child side of the daemon's clone: pid 1 of a fresh pid
+// namespace inside a fresh user namespace. It makes the rest of the sandbox ahead of any
+// request (mount, ipc, uts, cgroup and network namespaces; an overlay of the host's root
+// whose upper layer lives on a tmpfs; the Plan's mounts, devices and masks; capabilities,
+// no_new_privs and seccomp), says it is ready, and waits. A request releases it: it takes
+// the command's stdio, cwd and limits and execs the command, which is then pid 1: when it
+// ends, the kernel kills whatever else runs in the sandbox and every mount goes with the
+// mount namespace.
+//
+// The control socket (SOCK_SEQPACKET), daemon <-> embryo:
+//   daemon: "M" [+ fd: the lower layer, an idmapped copy of "/"]   maps written: build
+//   embryo: "R" (ready) or "F<message>" (failed; it then exits)
+//   daemon: "G" + Release::encode() + fds stdin, stdout, stderr     run the command
+//   embryo: "X<errno> <message>" when the exec failed (it then exits 126 or 127); the socket
+//           closes on exec (close-on-exec), which is how the daemon knows it ran.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "libforkbox/base/error.hpp"
+#include "libforkbox/cgroup/cgroups.hpp"
+#include "libforkbox/plan/plan.hpp"
+#include "libforkbox/sandbox/request.hpp"
+#include "libforkbox/seccomp/seccomp.hpp"
+
+namespace forkbox::sandbox {
+
+// A release carries the request's argv, env and cwd: at most about a request's size.
+inline constexpr size_t kReleaseBufferBytes = 2 * kMaxRequestBytes;
+
+// What a request hands an embryo besides its stdio (pure encoding, unit-tested).
+struct Release {
+    std::vector<std::string> argv, env;
+    std::string cwd = "/";
+    uint64_t nproc_limit = 0;    // RLIMIT_NPROC; 0: unchanged
+    uint64_t address_limit = 0;  // RLIMIT_AS in bytes; 0: unchanged
+    bool drop_all_caps = false;
+
+    std::string encode() const;
+    static Result<Release> decode(std::string_view data);
+    bool operator==(const Release&) const = default;
+};
+
+struct EmbryoSetup {
+    const Plan* plan = nullptr;
+    const CgroupLayout* cgroup_layout = nullptr;
+    const SeccompProgram* seccomp = nullptr;
+    int control_fd = -1;
+    std::string stage;            // an empty host directory: the stage tmpfs goes on it
+    uint64_t upper_size_mb = 512;
+    bool mapped_range = false;    // a root daemon's map of 65536 ids: setgroups allowed
+    std::vector<int> cgroup_task_fds;  // v1 `tasks` files of its cgroups, opened by the daemon
+    std::vector<int> bind_source_trees;  // per plan.mounts index, -1 for none
+};
+
+// Never returns. Every fd but those in `setup` must be closed by the caller first.
+[[noreturn]] void embryo_main(const EmbryoSetup& setup);
+
+}  // namespace forkbox::sandbox

@@ -1,0 +1,42 @@
+// What a sandbox is, as an OCI spec built in memory and planned like a bundle's: the
+// sandbox executor (embryo.hpp) runs the same Plan steps as `forkbox create` (mounts,
+// devices, masks, capabilities, seccomp), over a root it makes itself (an overlay of the
+// host's root with its upper layer on a tmpfs). Pure.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "libforkbox/base/error.hpp"
+#include "libforkbox/plan/plan.hpp"
+#include "libforkbox/sandbox/request.hpp"
+#include "oci/spec.hpp"
+
+namespace forkbox::sandbox {
+
+// What embryos of one kind share: fixed when the embryo is made, before any request.
+struct SandboxKind {
+    bool network = false;  // the host's network instead of a namespace with only lo
+    std::vector<BindRequest> mounts;
+    auto operator<=>(const SandboxKind&) const = default;
+};
+
+struct ProfileOptions {
+    std::string root;  // where the overlay is mounted (the Plan's rootfs), absolute
+    // Host paths the sandbox must not see besides /root, /home and /run (the daemon's
+    // socket and state when they live elsewhere): each gets an empty read-only tmpfs.
+    std::vector<std::string> hidden;
+    uint64_t tmp_size_mb = 512;  // /tmp's tmpfs and the overlay's upper layer
+    bool host_is_mapped_root = false;  // a root daemon: the sandbox maps 65536 ids
+};
+
+// Docker's default capability set, given inside the sandbox's user namespace.
+const std::vector<std::string>& docker_default_capabilities();
+
+// The spec (validated) of a sandbox of `kind`.
+oci::Spec sandbox_spec(const SandboxKind& kind, const ProfileOptions& options);
+
+// Spec -> Plan, as a bundle's: validate + make_plan.
+Result<Plan> sandbox_plan(const SandboxKind& kind, const ProfileOptions& options);
+
+}  // namespace forkbox::sandbox

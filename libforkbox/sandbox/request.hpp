@@ -1,0 +1,119 @@
+// The sandbox protocol's messages (docs/sandbox-protocol.md), parsed and formatted without
+// a syscall: the run request, the result and error replies, and the capture of a stream
+// that keeps its head and tail. All of it is unit-tested.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "libforkbox/base/error.hpp"
+
+namespace forkbox::sandbox {
+
+inline constexpr int kProtocolVersion = 1;
+inline constexpr size_t kMaxRequestBytes = 128 * 1024;
+inline constexpr size_t kMaxFrameData = 64 * 1024;  // after the one-byte tag
+inline constexpr uint64_t kMaxOutputLimit = 64ull << 20;
+
+// Message tags after the first message.
+inline constexpr char kStdinData = 'I', kStdinEnd = 'E';
+inline constexpr char kStdoutData = '1', kStderrData = '2', kResult = 'X', kError = '!';
+
+// The error kinds of a '!' reply.
+enum class ErrorKind { InvalidRequest, SandboxError, Busy };
+std::string_view error_kind_name(ErrorKind kind);
+
+struct BindRequest {
+    std::string source;       // absolute host path
+    std::string destination;  // absolute sandbox path, cleaned
+    bool writable = false;
+    auto operator<=>(const BindRequest&) const = default;
+};
+
+// A run request with the daemon's defaults filled in.
+struct RunRequest {
+    std::vector<std::string> argv;
+    std::vector<std::string> env;  // KEY=VALUE
+    std::string cwd = "/";
+    std::optional<uint64_t> timeout_ms;
+    bool stdin_frames = false;
+    uint64_t memory_mb = 0;  // 0: none
+    uint64_t pids = 0;
+    double cpus = 0;  // 0: none
+    bool network = false;
+    std::vector<BindRequest> mounts;
+    uint64_t max_output = 1 << 20;
+    bool drop_all_caps = false;
+};
+
+struct Defaults {
+    uint64_t memory_mb = 512;
+    uint64_t pids = 256;
+    double cpus = 0;
+    uint64_t max_output = 1 << 20;
+    std::optional<uint64_t> max_timeout_ms;  // the daemon's --max-timeout-ms
+};
+
+// The first message: "sandbox/1 <verb>\n<json>".
+struct FirstMessage {
+    std::string verb;
+    std::string_view body;
+};
+bool looks_like_sandbox_message(std::string_view message);
+Result<FirstMessage> split_first_message(std::string_view message);
+
+// The run verb's JSON -> RunRequest; an error names the key ("run: \"cwd\" must be ...").
+Result<RunRequest> parse_run_request(std::string_view json, const Defaults& defaults);
+
+// How each limit was enforced: "cgroup", "rlimit" or "none".
+struct Enforcement {
+    std::string memory = "none", pids = "none", cpu = "none";
+};
+
+struct RunOutcome {
+    int exit_code = 0;
+    std::optional<int> signal;
+    bool timed_out = false;
+    bool oom_killed = false;
+    double duration_ms = 0;
+    uint64_t stdout_bytes = 0, stderr_bytes = 0;
+    uint64_t stdout_dropped = 0, stderr_dropped = 0;
+    std::optional<double> cpu_ms;
+    std::optional<uint64_t> peak_memory_bytes;
+    Enforcement limits;
+    std::optional<std::string> exec_error;
+};
+
+std::string format_result(const RunOutcome& outcome);            // "X{...}"
+std::string format_error(ErrorKind kind, std::string_view message);  // "!{...}"
+
+// A command's exit status from wait(): 128+N for signal N.
+void set_exit_status(RunOutcome& outcome, int wait_status);
+
+// One output stream's capture: the first half of `limit` bytes is sent as it comes, the
+// last half kept in a ring and sent at the end; what lies between is dropped and counted.
+class OutputCapture {
+public:
+    explicit OutputCapture(uint64_t limit) : head_limit_(limit - limit / 2), tail_limit_(limit / 2) {}
+    // Takes `data` read from the pipe; returns the part to send now (within the head).
+    std::string_view take(std::string_view data);
+    // At the end: the kept tail, in order.
+    std::string tail() const;
+    uint64_t total() const { return total_; }
+    uint64_t dropped() const { return total_ - head_sent_ - std::min<uint64_t>(ring_used_, tail_limit_); }
+
+private:
+    uint64_t head_limit_, tail_limit_;
+    uint64_t head_sent_ = 0, total_ = 0;
+    std::string ring_;        // tail_limit_ bytes once full
+    uint64_t ring_used_ = 0;  // bytes ever put in the ring
+    size_t ring_pos_ = 0;     // next write position when full
+};
+
+// Frames of at most kMaxFrameData bytes of `data`, each tagged.
+std::vector<std::string> frames(char tag, std::string_view data);
+
+}  // namespace forkbox::sandbox

@@ -1,0 +1,1179 @@
+#include "libforkbox/sandbox/server.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/mount.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "libforkbox/base/fd.hpp"
+#include "libforkbox/base/files.hpp"
+#include "libforkbox/base/json.hpp"
+#include "libforkbox/base/log.hpp"
+#include "libforkbox/base/syscalls.hpp"
+#include "libforkbox/base/unix_socket.hpp"
+#include "libforkbox/cgroup/cgroups.hpp"
+#include "libforkbox/cgroup/oom.hpp"
+#include "libforkbox/cgroup/resources.hpp"
+#include "libforkbox/cgroup/stats.hpp"
+#include "libforkbox/mount/rootfs.hpp"
+#include "libforkbox/process/rootless.hpp"
+#include "libforkbox/sandbox/embryo.hpp"
+#include "libforkbox/sandbox/profile.hpp"
+#include "libforkbox/seccomp/seccomp.hpp"
+
+#ifndef MOUNT_ATTR_IDMAP
+#define MOUNT_ATTR_IDMAP 0x00100000
+#endif
+
+namespace forkbox::sandbox {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kCgroupParent = "/forkbox-sandbox";
+constexpr size_t kStdinBufferLimit = 1 << 20;  // past this, the client is not read
+constexpr int kBuildFailuresBeforePause = 3;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+std::string errno_text(std::string_view what) { return std::string(what) + ": " + std::strerror(errno); }
+
+Result<void> write_text(const std::string& path, std::string_view data) {
+    unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd) return sys_error("open " + path);
+    if (::write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size())) return sys_error("write " + path);
+    return {};
+}
+
+// In a new embryo: every fd of the daemon's but `keep` is closed, so a sandbox holds
+// nothing of another's (clients' sockets, pipes) while it waits.
+void close_other_fds(std::vector<int> keep) {
+    keep.push_back(0);
+    keep.push_back(1);
+    keep.push_back(2);
+    std::sort(keep.begin(), keep.end());
+    unsigned next = 0;
+    for (int fd : keep) {
+        if (fd < 0) continue;
+        if (static_cast<unsigned>(fd) > next) sys::close_range(next, static_cast<unsigned>(fd) - 1, 0);
+        next = static_cast<unsigned>(fd) + 1;
+    }
+    sys::close_range(next, ~0U, 0);
+}
+
+// What an epoll event is about: the kind of fd and whose it is.
+enum class Watch : uint8_t { Signals, Handoff, NewConn, Control, Pidfd, Stdout, Stderr, Stdin, Timer, Client };
+
+uint64_t token(Watch w, uint64_t id) { return (static_cast<uint64_t>(w) << 56) | id; }
+
+struct Embryo;
+
+struct Run {
+    uint64_t id = 0;
+    unique_fd conn;
+    RunRequest request;
+    SandboxKind kind;
+    uint64_t embryo = 0;  // 0: none yet
+    unique_fd out[2];     // read ends of stdout, stderr
+    bool out_open[2] = {false, false};
+    unique_fd in;  // write end of stdin
+    std::string stdin_buffer;
+    bool stdin_end = false;
+    std::optional<OutputCapture> capture[2];
+    std::deque<std::string> outbox;  // frames the client's socket did not take yet
+    unique_fd timer;
+    Clock::time_point released{}, ended{};
+    bool started = false, exited = false, timed_out = false, client_gone = false, replied = false;
+    int status = 0;
+    rusage usage{};
+    std::optional<std::string> exec_error;
+};
+
+struct Embryo {
+    uint64_t id = 0;
+    pid_t pid = -1;
+    unique_fd pidfd, control;
+    SandboxKind kind;
+    CgroupPlacement cgroups;
+    oci::Resources applied;  // the limits its cgroups have now
+    enum class State { Building, Ready, Running } state = State::Building;
+    uint64_t run = 0;  // reserved for or running this run
+    bool pooled = false;  // made for its kind's pool (counted in Pool::building while made)
+    std::string failure;  // "F" message
+    bool reaped = false;
+};
+
+struct Pool {
+    std::deque<uint64_t> ready;
+    int building = 0;
+    int failures = 0;  // builds failed in a row
+    Clock::time_point retry_at{};
+};
+
+class Server {
+public:
+    Server(int handoff, const ServerOptions& o) : handoff_(handoff), opt_(o) {}
+    int run();
+
+private:
+    Result<void> setup();
+    void watch(int fd, uint32_t events, Watch w, uint64_t id);
+    void rewatch(int fd, uint32_t events, Watch w, uint64_t id);
+    void unwatch(int fd);
+    void dispatch(const epoll_event& ev);
+
+    void accept_handoff();
+    bool peer_allowed(int conn);
+    void read_first_message(uint64_t id);
+    void reply_and_close(unique_fd conn, const std::string& message);
+    void start_run(unique_fd conn, RunRequest request);
+    std::string info_json();
+
+    Result<const Plan*> plan_for(const SandboxKind& kind);
+    Result<uint64_t> start_embryo(const SandboxKind& kind, uint64_t reserved_for);
+    Result<void> finish_embryo_setup(Embryo& e, const Plan& plan, std::vector<unique_fd>& bind_trees);
+    void on_control(uint64_t embryo_id);
+    void on_embryo_exit(uint64_t embryo_id);
+    void embryo_ready(Embryo& e);
+    void discard_embryo(uint64_t embryo_id);
+    bool refill_one();
+
+    void release(Run& r, Embryo& e);
+    void on_output(Run& r, int stream);
+    void on_stdin_writable(Run& r);
+    void on_client(Run& r, uint32_t events);
+    void on_timer(Run& r);
+    void send_frame(Run& r, std::string frame);
+    void flush_outbox(Run& r);
+    void kill_sandbox(Run& r);
+    void maybe_finish(Run& r);
+    void fail_run(Run& r, ErrorKind kind, const std::string& message);
+    void drop_run(uint64_t run_id);
+    void collect_usage(Run& r, Embryo& e, RunOutcome& o);
+    oci::Resources limits_for(const RunRequest& r) const;
+    void shutdown();
+
+    int handoff_;
+    ServerOptions opt_;
+    unique_fd epoll_, signals_, dev_null_;
+    bool mapped_range_ = false;  // a root daemon
+    bool use_cgroups_ = false;
+    bool idmapped_lower_ = true;  // until it fails once
+    CgroupLayout layout_;         // the hierarchies sandboxes get cgroups in
+    std::map<SandboxKind, Plan> plans_;
+    std::optional<SeccompProgram> seccomp_;
+    std::map<uint64_t, unique_fd> new_conns_;
+    std::map<uint64_t, std::unique_ptr<Embryo>> embryos_;
+    std::map<uint64_t, std::unique_ptr<Run>> runs_;
+    std::map<SandboxKind, Pool> pools_;
+    std::map<pid_t, uint64_t> embryo_by_pid_;
+    uint64_t next_id_ = 1;
+    uint64_t served_ = 0, failed_builds_ = 0;
+    bool stopping_ = false;
+    std::string read_buffer_ = std::string(kMaxRequestBytes + 1, '\0');
+};
+
+// --- setup ---
+
+// cgroup v1 hierarchies with the controllers sandboxes use, or the v2 hierarchy on a pure
+// v2 host (a hybrid host's v2 mount holds no controller of these).
+CgroupLayout sandbox_layout(const CgroupLayout& host) {
+    CgroupLayout out;
+    out.mode = host.mode;
+    for (const auto& h : host.hierarchies) {
+        if (h.unified) {
+            if (host.mode == CgroupMode::V2) out.hierarchies.push_back(h);
+            continue;
+        }
+        for (const char* c : {"memory", "pids", "cpu", "cpuacct"})
+            if (hierarchy_has(h, c)) {
+                out.hierarchies.push_back(h);
+                break;
+            }
+    }
+    return out;
+}
+
+// Sandbox cgroups left by a server that died (named <pid>-<n>): removed when that pid is gone.
+void remove_stale_cgroups(const CgroupLayout& layout) {
+    for (const auto& h : layout.hierarchies) {
+        std::string parent = h.mountpoint + kCgroupParent;
+        DIR* d = ::opendir(parent.c_str());
+        if (!d) continue;
+        while (dirent* e = ::readdir(d)) {
+            if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
+            pid_t pid = static_cast<pid_t>(std::strtol(e->d_name, nullptr, 10));
+            if (pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM)) continue;
+            ::rmdir((parent + "/" + e->d_name).c_str());
+        }
+        ::closedir(d);
+    }
+}
+
+Result<void> Server::setup() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int s : {SIGTERM, SIGINT, SIGCHLD, SIGHUP, SIGPIPE}) sigaddset(&set, s);
+    if (sigprocmask(SIG_BLOCK, &set, nullptr) < 0) return sys_error("block signals");
+    signals_.reset(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+    if (!signals_) return sys_error("signalfd");
+    epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
+    if (!epoll_) return sys_error("epoll_create1");
+    dev_null_.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
+    if (!dev_null_) return sys_error("open /dev/null");
+    watch(signals_.get(), EPOLLIN, Watch::Signals, 0);
+    watch(handoff_, EPOLLIN, Watch::Handoff, 0);
+
+    mapped_range_ = ::geteuid() == 0 && !rootless_mode().in_user_namespace;
+    if (auto host = detect_cgroup_layout(); host && mapped_range_) {
+        layout_ = sandbox_layout(*host);
+        if (layout_.mode == CgroupMode::V2) (void)load_v2_controllers(layout_);
+        use_cgroups_ = !layout_.hierarchies.empty();
+        for (const auto& h : layout_.hierarchies) {
+            std::string parent = h.mountpoint + kCgroupParent;
+            if (::mkdir(parent.c_str(), 0755) < 0 && errno != EEXIST) {
+                log::warn("sandbox: no cgroups (" + errno_text("mkdir " + parent) + "): limits are rlimits");
+                use_cgroups_ = false;
+                break;
+            }
+            if (hierarchy_has(h, "cpuset")) (void)inherit_cpuset(parent, true);
+        }
+        if (use_cgroups_) remove_stale_cgroups(layout_);
+        if (use_cgroups_ && layout_.mode == CgroupMode::V2) {
+            // Sandboxes' limits need the controllers enabled below the parent.
+            (void)write_text(layout_.hierarchies[0].mountpoint + kCgroupParent + "/cgroup.subtree_control",
+                             "+memory +pids +cpu");
+        }
+    }
+    if (::mkdir(opt_.stage_dir.c_str(), 0700) < 0 && errno != EEXIST) return sys_error("mkdir " + opt_.stage_dir);
+
+    const Plan* plan = nullptr;
+    FB_ASSIGN(plan, plan_for(SandboxKind{}));
+    // The profile is compiled once; every embryo loads the same program.
+    (void)plan;
+    FB_ASSIGN(SeccompProgram program, compile_seccomp(*sandbox_spec({}, {}).linux->seccomp));
+    seccomp_ = std::move(program);
+    ::fcntl(handoff_, F_SETFL, O_NONBLOCK);
+    pools_[SandboxKind{}];  // the default kind is always kept ready
+    return {};
+}
+
+void Server::watch(int fd, uint32_t events, Watch w, uint64_t id) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = token(w, id);
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) < 0) log::warn("sandbox: " + errno_text("epoll add"));
+}
+
+void Server::rewatch(int fd, uint32_t events, Watch w, uint64_t id) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = token(w, id);
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev);
+}
+
+void Server::unwatch(int fd) {
+    if (fd >= 0) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+}
+
+// --- connections ---
+
+bool Server::peer_allowed(int conn) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) return false;
+    if (cred.uid == ::geteuid()) return true;
+    if (opt_.allowed_groups.empty()) return false;
+    for (gid_t g : opt_.allowed_groups)
+        if (cred.gid == g) return true;
+    // Supplementary groups, as the kernel knew them when the peer connected.
+    auto status = read_file("/proc/" + std::to_string(cred.pid) + "/status");
+    if (!status) return false;
+    size_t at = status->find("\nGroups:");
+    if (at == std::string::npos) return false;
+    const char* p = status->c_str() + at + 8;
+    while (*p && *p != '\n') {
+        char* end;
+        long g = std::strtol(p, &end, 10);
+        if (end == p) break;
+        for (gid_t a : opt_.allowed_groups)
+            if (static_cast<gid_t>(g) == a) return true;
+        p = end;
+    }
+    return false;
+}
+
+void Server::accept_handoff() {
+    for (;;) {
+        std::vector<unique_fd> fds;
+        auto m = receive_with_fds(handoff_, fds, "sandbox handoff");
+        if (!m) {
+            if (m.error().errnum() == EAGAIN) return;
+            log::warn("sandbox: the daemon closed the handoff socket: stopping");
+            stopping_ = true;
+            return;
+        }
+        if (m->empty() && fds.empty()) {  // EOF
+            stopping_ = true;
+            return;
+        }
+        for (auto& fd : fds) {
+            if (!peer_allowed(fd.get())) {
+                reply_and_close(std::move(fd), format_error(ErrorKind::InvalidRequest, "this daemon serves only its own user"));
+                continue;
+            }
+            ::fcntl(fd.get(), F_SETFL, O_NONBLOCK);
+            uint64_t id = next_id_++;
+            watch(fd.get(), EPOLLIN | EPOLLRDHUP, Watch::NewConn, id);
+            new_conns_[id] = std::move(fd);
+        }
+    }
+}
+
+void Server::reply_and_close(unique_fd conn, const std::string& message) {
+    // A final message: a client that does not read it loses it, never the daemon its time.
+    ::send(conn.get(), message.data(), message.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+void Server::read_first_message(uint64_t id) {
+    auto it = new_conns_.find(id);
+    if (it == new_conns_.end()) return;
+    unique_fd conn = std::move(it->second);
+    new_conns_.erase(it);
+    unwatch(conn.get());
+    ssize_t n = ::recv(conn.get(), read_buffer_.data(), read_buffer_.size(), MSG_TRUNC | MSG_DONTWAIT);
+    if (n <= 0) return;  // gone, or nothing after all
+    if (static_cast<size_t>(n) > kMaxRequestBytes) {
+        reply_and_close(std::move(conn), format_error(ErrorKind::InvalidRequest,
+                                                      "the request is " + std::to_string(n) + " bytes: at most " +
+                                                          std::to_string(kMaxRequestBytes) + " are read"));
+        return;
+    }
+    std::string_view message(read_buffer_.data(), static_cast<size_t>(n));
+    auto first = split_first_message(message);
+    if (!first) {
+        reply_and_close(std::move(conn), format_error(ErrorKind::InvalidRequest, first.error().what()));
+        return;
+    }
+    if (first->verb == "info") {
+        reply_and_close(std::move(conn), std::string(1, kResult) + info_json());
+        return;
+    }
+    if (first->verb != "run") {
+        reply_and_close(std::move(conn), format_error(ErrorKind::InvalidRequest,
+                                                      "unknown verb \"" + first->verb.substr(0, 32) +
+                                                          "\" (this daemon serves: run, info)"));
+        return;
+    }
+    auto request = parse_run_request(first->body, opt_.defaults);
+    if (!request) {
+        reply_and_close(std::move(conn), format_error(ErrorKind::InvalidRequest, request.error().what()));
+        return;
+    }
+    if (stopping_) {
+        reply_and_close(std::move(conn), format_error(ErrorKind::SandboxError, "the daemon is stopping"));
+        return;
+    }
+    if (runs_.size() >= static_cast<size_t>(opt_.max_live)) {
+        reply_and_close(std::move(conn), format_error(ErrorKind::Busy, std::to_string(runs_.size()) +
+                                                                           " sandboxes are running: retry later"));
+        return;
+    }
+    start_run(std::move(conn), std::move(*request));
+}
+
+std::string Server::info_json() {
+    size_t ready = 0;
+    int building = 0;
+    for (auto& [k, p] : pools_) {
+        ready += p.ready.size();
+        building += p.building;
+    }
+    size_t fds = 0;
+    if (DIR* d = ::opendir("/proc/self/fd")) {
+        while (dirent* e = ::readdir(d))
+            if (e->d_name[0] != '.') ++fds;
+        ::closedir(d);
+        --fds;  // the directory's own fd
+    }
+    std::string limit = use_cgroups_ ? "cgroup" : "rlimit";
+    json::Writer w;
+    w.begin_object();
+    w.key("protocol").value(kProtocolVersion);
+    w.key("version").value(FORKBOX_VERSION);
+    w.key("uid").value(static_cast<uint64_t>(::geteuid()));
+    w.key("pid").value(static_cast<int64_t>(::getpid()));
+    w.key("mode").value(mapped_range_ ? "root" : "rootless");
+    w.key("idmapped_lower").value(mapped_range_ && idmapped_lower_);
+    w.key("limits").begin_object();
+    w.key("memory").value(limit).key("pids").value(limit).key("cpu").value(use_cgroups_ ? "cgroup" : "none");
+    w.end_object();
+    w.key("defaults").begin_object();
+    w.key("memory_mb").value(opt_.defaults.memory_mb).key("pids").value(opt_.defaults.pids);
+    w.key("max_output").value(opt_.defaults.max_output);
+    w.end_object();
+    w.key("live").value(static_cast<uint64_t>(runs_.size()));
+    w.key("served").value(served_);
+    w.key("failed_builds").value(failed_builds_);
+    w.key("pool").begin_object().key("ready").value(static_cast<uint64_t>(ready)).key("building").value(building).end_object();
+    w.key("open_fds").value(static_cast<uint64_t>(fds));
+    w.end_object();
+    return w.take();
+}
+
+// --- embryos ---
+
+Result<const Plan*> Server::plan_for(const SandboxKind& kind) {
+    if (auto it = plans_.find(kind); it != plans_.end()) return &it->second;
+    if (plans_.size() > 64) plans_.clear();  // kinds with mounts come and go: a bound
+    ProfileOptions o;
+    o.root = opt_.stage_dir + "/root";
+    o.tmp_size_mb = opt_.upper_size_mb;
+    o.host_is_mapped_root = mapped_range_;
+    // The daemon's socket directory, when it is not under a path hidden anyway.
+    std::string dir = opt_.socket_path.substr(0, opt_.socket_path.find_last_of('/'));
+    bool hidden = false;
+    for (const char* h : {"/run/", "/root/", "/home/", "/tmp/", "/proc/", "/sys/", "/dev/"})
+        hidden |= (dir + "/").starts_with(h);
+    if (!hidden && !dir.empty()) o.hidden.push_back(dir);
+    FB_ASSIGN(Plan plan, sandbox_plan(kind, o));
+    return &plans_.emplace(kind, std::move(plan)).first->second;
+}
+
+oci::Resources Server::limits_for(const RunRequest& r) const {
+    oci::Resources res;
+    if (r.memory_mb) {
+        oci::MemoryResources m;
+        m.limit = static_cast<int64_t>(r.memory_mb << 20);
+        res.memory = m;
+    }
+    if (r.pids) res.pids_limit = static_cast<int64_t>(r.pids);
+    if (r.cpus > 0) {
+        oci::CpuResources c;
+        c.period = 100000;
+        c.quota = static_cast<int64_t>(r.cpus * 100000);
+        res.cpu = c;
+    }
+    return res;
+}
+
+Result<uint64_t> Server::start_embryo(const SandboxKind& kind, uint64_t reserved_for) {
+    FB_ASSIGN(const Plan* plan, plan_for(kind));
+    auto e = std::make_unique<Embryo>();
+    e->id = next_id_++;
+    e->kind = kind;
+    e->run = reserved_for;
+    e->pooled = reserved_for == 0;
+
+    std::vector<unique_fd> task_fds;
+    int cgroup_fd = -1;
+    if (use_cgroups_) {
+        std::string path = std::string(kCgroupParent) + "/" + std::to_string(::getpid()) + "-" + std::to_string(e->id);
+        FB_ASSIGN(e->cgroups, create_cgroups(layout_, path));
+        RunRequest defaults;
+        defaults.memory_mb = opt_.defaults.memory_mb;
+        defaults.pids = opt_.defaults.pids;
+        defaults.cpus = opt_.defaults.cpus;
+        e->applied = limits_for(defaults);
+        FB_ASSIGN(auto writes, plan_cgroup_writes(e->applied, layout_));
+        FB_TRY_CTX(apply_cgroup_writes(writes, layout_, e->cgroups.dirs()), "sandbox cgroup limits");
+        FB_ASSIGN(task_fds, e->cgroups.open_v1_task_files(layout_));
+        cgroup_fd = e->cgroups.unified_fd();
+    }
+    std::vector<unique_fd> bind_trees;
+    if (!kind.mounts.empty()) {
+        FB_ASSIGN(bind_trees, open_bind_sources(*plan));
+    }
+
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) return sys_error("socketpair");
+    unique_fd ours(sv[0]), theirs(sv[1]);
+    int pidfd = -1;
+    pid_t pid = sys::clone3_fork(CLONE_NEWUSER | CLONE_NEWPID, cgroup_fd, &pidfd);
+    if (pid < 0) return sys_error("clone the sandbox");
+    if (pid == 0) {
+        EmbryoSetup s;
+        s.plan = plan;
+        s.cgroup_layout = &layout_;
+        s.seccomp = &*seccomp_;
+        s.control_fd = theirs.get();
+        s.stage = opt_.stage_dir;
+        s.upper_size_mb = opt_.upper_size_mb;
+        s.mapped_range = mapped_range_;
+        for (auto& fd : task_fds) s.cgroup_task_fds.push_back(fd.get());
+        for (auto& fd : bind_trees) s.bind_source_trees.push_back(fd.valid() ? fd.get() : -1);
+        std::vector<int> keep = s.cgroup_task_fds;
+        keep.push_back(s.control_fd);
+        for (int fd : s.bind_source_trees) keep.push_back(fd);
+        close_other_fds(keep);
+        embryo_main(s);
+    }
+    e->pid = pid;
+    e->pidfd.reset(pidfd);
+    e->control = std::move(ours);
+    theirs.reset();
+    task_fds.clear();
+    auto setup = finish_embryo_setup(*e, *plan, bind_trees);
+    uint64_t id = e->id;
+    embryo_by_pid_[pid] = id;
+    watch(e->control.get(), EPOLLIN, Watch::Control, id);
+    watch(e->pidfd.get(), EPOLLIN, Watch::Pidfd, id);
+    embryos_[id] = std::move(e);
+    if (!setup) {
+        ::kill(pid, SIGKILL);
+        return std::unexpected(setup.error());
+    }
+    if (embryos_.at(id)->pooled) ++pools_[kind].building;
+    return id;
+}
+
+// Parent side, once the child exists: its id maps, an idmapped lower layer (root), then "M".
+Result<void> Server::finish_embryo_setup(Embryo& e, const Plan& plan, std::vector<unique_fd>& bind_trees) {
+    std::string proc = "/proc/" + std::to_string(e.pid);
+    std::string uid_map, gid_map;
+    if (mapped_range_) {
+        uid_map = gid_map = "0 " + std::to_string(opt_.uid_base) + " 65536\n";
+    } else {
+        uid_map = "0 " + std::to_string(::geteuid()) + " 1\n";
+        gid_map = "0 " + std::to_string(::getegid()) + " 1\n";
+        FB_TRY(write_text(proc + "/setgroups", "deny"));
+    }
+    FB_TRY(write_text(proc + "/uid_map", uid_map));
+    FB_TRY(write_text(proc + "/gid_map", gid_map));
+
+    unique_fd lower;
+    if (mapped_range_ && idmapped_lower_) {
+        unique_fd userns(::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
+        lower.reset(static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, "/", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
+        mount_attr attr{};
+        attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+        attr.userns_fd = static_cast<uint64_t>(userns.get());
+        if (!userns || !lower ||
+            ::syscall(SYS_mount_setattr, lower.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) {
+            log::warn("sandbox: no idmapped lower layer (" + errno_text("mount_setattr") +
+                      "): the sandbox's root cannot write the host's system files");
+            idmapped_lower_ = false;
+            lower.reset();
+        }
+        // Writable binds: host root's files are the sandbox root's there too.
+        for (size_t i = 0; i < bind_trees.size() && userns; ++i) {
+            if (!bind_trees[i] || i >= plan.mounts.size()) continue;
+            mount_attr bind_attr{};
+            bind_attr.attr_set = MOUNT_ATTR_IDMAP;
+            bind_attr.userns_fd = static_cast<uint64_t>(userns.get());
+            ::syscall(SYS_mount_setattr, bind_trees[i].get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &bind_attr, sizeof bind_attr);
+        }
+    }
+    std::vector<int> fds;
+    if (lower) fds.push_back(lower.get());
+    FB_TRY(send_with_fds(e.control.get(), "M", fds, "sandbox embryo"));
+    return {};
+}
+
+void Server::on_control(uint64_t embryo_id) {
+    auto it = embryos_.find(embryo_id);
+    if (it == embryos_.end()) return;
+    Embryo& e = *it->second;
+    char buf[4096];
+    ssize_t n = ::recv(e.control.get(), buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && errno == EAGAIN) return;
+    if (n <= 0) {  // closed: exec happened, or the embryo died (its pidfd says)
+        unwatch(e.control.get());
+        e.control.reset();
+        return;
+    }
+    std::string_view m(buf, static_cast<size_t>(n));
+    if (e.state == Embryo::State::Building && m == "R") {
+        embryo_ready(e);
+    } else if (m.front() == 'F') {
+        e.failure = std::string(m.substr(1));
+    } else if (m.front() == 'X' && e.state == Embryo::State::Running) {
+        if (auto r = runs_.find(e.run); r != runs_.end()) {
+            std::string_view text = m.substr(1);
+            text.remove_prefix(std::min(text.size(), text.find(' ') + 1));
+            r->second->exec_error = std::string(text);
+        }
+    }
+}
+
+void Server::embryo_ready(Embryo& e) {
+    e.state = Embryo::State::Ready;
+    if (e.pooled) {
+        Pool& pool = pools_[e.kind];
+        --pool.building;
+        pool.failures = 0;
+    }
+    if (e.run) {
+        auto r = runs_.find(e.run);
+        if (r != runs_.end() && !r->second->started) {
+            release(*r->second, e);
+            return;
+        }
+        e.run = 0;  // its client left, or another embryo served it
+    }
+    // A request of this kind waiting for the embryo made for it takes this one; that one
+    // joins the pool when it is ready.
+    for (auto& [id, run] : runs_) {
+        if (run->started || run->kind != e.kind) continue;
+        if (auto own = embryos_.find(run->embryo); own != embryos_.end()) own->second->run = 0;
+        release(*run, e);
+        return;
+    }
+    if (e.kind.mounts.empty()) {
+        pools_[e.kind].ready.push_back(e.id);
+    } else {
+        discard_embryo(e.id);  // binds are one request's
+    }
+}
+
+void Server::discard_embryo(uint64_t embryo_id) {
+    auto it = embryos_.find(embryo_id);
+    if (it == embryos_.end()) return;
+    Embryo& e = *it->second;
+    if (!e.reaped) {
+        sys::pidfd_send_signal(e.pidfd.get(), SIGKILL);
+        ::waitpid(e.pid, nullptr, 0);  // pid 1 of its namespace: gone once its namespace is
+        e.reaped = true;
+    }
+    unwatch(e.control.get());
+    unwatch(e.pidfd.get());
+    embryo_by_pid_.erase(e.pid);
+    if (use_cgroups_) {
+        std::vector<std::string> dirs = e.cgroups.created();
+        (void)remove_cgroups(dirs);
+    }
+    embryos_.erase(it);
+}
+
+void Server::on_embryo_exit(uint64_t embryo_id) {
+    auto it = embryos_.find(embryo_id);
+    if (it == embryos_.end()) return;
+    Embryo& e = *it->second;
+    if (e.state == Embryo::State::Running) {
+        auto r = runs_.find(e.run);
+        if (r != runs_.end()) {
+            Run& run = *r->second;
+            int status = 0;
+            if (::wait4(e.pid, &status, WNOHANG, &run.usage) <= 0) return;
+            e.reaped = true;
+            run.exited = true;
+            run.status = status;
+            run.ended = Clock::now();
+            unwatch(e.pidfd.get());
+            if (run.timer) {
+                unwatch(run.timer.get());
+                run.timer.reset();
+            }
+            maybe_finish(run);
+            return;
+        }
+        discard_embryo(embryo_id);
+        return;
+    }
+    // Died before any request: a failed build.
+    int status = 0;
+    if (::waitpid(e.pid, &status, WNOHANG) <= 0) return;
+    e.reaped = true;
+    std::string why = e.failure.empty() ? "the sandbox's first process exited (status " + std::to_string(status) + ")"
+                                        : e.failure;
+    if (e.state == Embryo::State::Building) {
+        ++failed_builds_;
+        if (e.pooled) {
+            Pool& pool = pools_[e.kind];
+            --pool.building;
+            if (++pool.failures >= kBuildFailuresBeforePause) pool.retry_at = Clock::now() + std::chrono::seconds(10);
+        }
+        log::warn("sandbox: could not make a sandbox: " + why);
+    } else if (auto p = pools_.find(e.kind); p != pools_.end()) {
+        std::erase(p->second.ready, e.id);
+    }
+    uint64_t run_id = e.run;
+    discard_embryo(embryo_id);
+    if (run_id) {
+        if (auto r = runs_.find(run_id); r != runs_.end()) fail_run(*r->second, ErrorKind::SandboxError, "could not make the sandbox: " + why);
+    }
+}
+
+// One embryo for a pool below its size, if any: called when the loop is idle.
+bool Server::refill_one() {
+    if (stopping_) return false;
+    auto now = Clock::now();
+    for (auto& [kind, pool] : pools_) {
+        if (static_cast<int>(pool.ready.size()) + pool.building >= opt_.pool_size) continue;
+        if (pool.failures >= kBuildFailuresBeforePause && now < pool.retry_at) continue;
+        if (embryos_.size() >= static_cast<size_t>(opt_.max_live + 4 * opt_.pool_size)) return false;
+        SandboxKind k = kind;
+        auto id = start_embryo(k, 0);
+        if (!id) {
+            ++pool.failures;
+            ++failed_builds_;
+            pool.retry_at = now + std::chrono::seconds(10);
+            log::warn("sandbox: could not make a sandbox: " + id.error().what());
+        }
+        return true;
+    }
+    return false;
+}
+
+// --- runs ---
+
+void Server::start_run(unique_fd conn, RunRequest request) {
+    auto r = std::make_unique<Run>();
+    r->id = next_id_++;
+    r->conn = std::move(conn);
+    r->kind.network = request.network;
+    r->kind.mounts = request.mounts;
+    r->request = std::move(request);
+    r->capture[0].emplace(r->request.max_output);
+    r->capture[1].emplace(r->request.max_output);
+    Run& run = *r;
+    runs_[run.id] = std::move(r);
+    watch(run.conn.get(), EPOLLIN | EPOLLRDHUP, Watch::Client, run.id);
+    // A kind asked for is kept ready from now on, but binds make a kind of one request.
+    if (run.kind.mounts.empty()) {
+        Pool& pool = pools_[run.kind];
+        if (!pool.ready.empty()) {
+            uint64_t eid = pool.ready.front();
+            pool.ready.pop_front();
+            release(run, *embryos_.at(eid));
+            return;
+        }
+        if (pool.failures >= kBuildFailuresBeforePause && Clock::now() < pool.retry_at) {
+            fail_run(run, ErrorKind::SandboxError, "sandboxes of this kind fail to build here (see the daemon's log)");
+            return;
+        }
+    }
+    auto id = start_embryo(run.kind, run.id);
+    if (!id) {
+        fail_run(run, ErrorKind::SandboxError, "could not make the sandbox: " + id.error().what());
+        return;
+    }
+    run.embryo = *id;
+}
+
+void Server::release(Run& r, Embryo& e) {
+    r.embryo = e.id;
+    e.run = r.id;
+    e.state = Embryo::State::Running;
+    ++served_;
+
+    Release rel;
+    rel.argv = r.request.argv;
+    rel.env = r.request.env;
+    rel.cwd = r.request.cwd;
+    rel.drop_all_caps = r.request.drop_all_caps;
+    if (use_cgroups_) {
+        oci::Resources want = limits_for(r.request);
+        // Only the limits that differ from what its cgroups have.
+        bool same = want.memory.has_value() == e.applied.memory.has_value() &&
+                    (!want.memory || want.memory->limit == e.applied.memory->limit) &&
+                    want.pids_limit == e.applied.pids_limit && want.cpu.has_value() == e.applied.cpu.has_value() &&
+                    (!want.cpu || want.cpu->quota == e.applied.cpu->quota);
+        if (!same) {
+            // What the request leaves out is unlimited, not the embryo's default.
+            if (!want.memory) {
+                want.memory.emplace();
+                want.memory->limit = -1;
+            }
+            if (!want.pids_limit) want.pids_limit = -1;
+            if (!want.cpu) {
+                want.cpu.emplace();
+                want.cpu->quota = -1;
+                want.cpu->period = 100000;
+            }
+            auto writes = plan_cgroup_writes(want, layout_);
+            auto applied = writes ? apply_cgroup_writes(*writes, layout_, e.cgroups.dirs())
+                                  : Result<void>(std::unexpected(writes.error()));
+            if (!applied) {
+                fail_run(r, ErrorKind::SandboxError, "sandbox limits: " + applied.error().what());
+                return;
+            }
+        }
+    } else {
+        rel.nproc_limit = r.request.pids;
+        rel.address_limit = r.request.memory_mb << 20;
+    }
+
+    int out_pipe[2], err_pipe[2], in_pipe[2] = {-1, -1};
+    if (::pipe2(out_pipe, O_CLOEXEC) < 0 || ::pipe2(err_pipe, O_CLOEXEC) < 0 ||
+        (r.request.stdin_frames && ::pipe2(in_pipe, O_CLOEXEC) < 0)) {
+        fail_run(r, ErrorKind::SandboxError, errno_text("pipe"));
+        return;
+    }
+    unique_fd child_out(out_pipe[1]), child_err(err_pipe[1]), child_in(in_pipe[0]);
+    r.out[0].reset(out_pipe[0]);
+    r.out[1].reset(err_pipe[0]);
+    r.in.reset(in_pipe[1]);
+    int stdio[3] = {child_in ? child_in.get() : dev_null_.get(), child_out.get(), child_err.get()};
+    std::string message = "G" + rel.encode();
+    r.released = Clock::now();
+    auto sent = send_with_fds(e.control.get(), message, stdio, "sandbox release");
+    if (!sent) {
+        fail_run(r, ErrorKind::SandboxError, "could not start the command: " + sent.error().what());
+        return;
+    }
+    r.started = true;
+    if (r.request.timeout_ms) {
+        r.timer.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+        itimerspec when{};
+        uint64_t ms = *r.request.timeout_ms;
+        when.it_value.tv_sec = static_cast<time_t>(ms / 1000);
+        when.it_value.tv_nsec = static_cast<long>((ms % 1000) * 1000000);
+        if (r.timer && ::timerfd_settime(r.timer.get(), 0, &when, nullptr) == 0) {
+            watch(r.timer.get(), EPOLLIN, Watch::Timer, r.id);
+        } else {
+            kill_sandbox(r);  // a deadline that cannot be kept is not run
+            r.exec_error = "the daemon could not arm the deadline";
+        }
+    }
+    for (int s = 0; s < 2; ++s) {
+        ::fcntl(r.out[s].get(), F_SETFL, O_NONBLOCK);
+        r.out_open[s] = true;
+        watch(r.out[s].get(), EPOLLIN, s == 0 ? Watch::Stdout : Watch::Stderr, r.id);
+    }
+    if (r.in) {
+        ::fcntl(r.in.get(), F_SETFL, O_NONBLOCK);
+        watch(r.in.get(), 0, Watch::Stdin, r.id);
+    }
+}
+
+void Server::on_output(Run& r, int s) {
+    char buf[65536];
+    for (int round = 0; round < 4 && r.out_open[s]; ++round) {
+        ssize_t n = ::read(r.out[s].get(), buf, sizeof buf);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+        if (n <= 0) {
+            unwatch(r.out[s].get());
+            r.out[s].reset();
+            r.out_open[s] = false;
+            maybe_finish(r);
+            return;
+        }
+        std::string_view now = r.capture[s]->take(std::string_view(buf, static_cast<size_t>(n)));
+        if (!now.empty() && !r.client_gone) send_frame(r, std::string(1, s == 0 ? kStdoutData : kStderrData) + std::string(now));
+        if (!r.outbox.empty()) return;  // the client is slow: the pipes wait for it
+    }
+}
+
+void Server::send_frame(Run& r, std::string frame) {
+    if (r.client_gone) return;
+    if (r.outbox.empty()) {
+        ssize_t n = ::send(r.conn.get(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n >= 0) return;
+        if (errno != EAGAIN) {
+            r.client_gone = true;
+            kill_sandbox(r);
+            return;
+        }
+    }
+    r.outbox.push_back(std::move(frame));
+    // Back-pressure: the pipes are not read until the client takes what waits.
+    for (int s = 0; s < 2; ++s)
+        if (r.out_open[s]) rewatch(r.out[s].get(), 0, s == 0 ? Watch::Stdout : Watch::Stderr, r.id);
+    rewatch(r.conn.get(), EPOLLIN | EPOLLRDHUP | EPOLLOUT, Watch::Client, r.id);
+}
+
+void Server::flush_outbox(Run& r) {
+    while (!r.outbox.empty()) {
+        const std::string& f = r.outbox.front();
+        ssize_t n = ::send(r.conn.get(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EAGAIN) return;
+            r.client_gone = true;
+            r.outbox.clear();
+            kill_sandbox(r);
+            break;
+        }
+        r.outbox.pop_front();
+    }
+    rewatch(r.conn.get(), EPOLLIN | EPOLLRDHUP, Watch::Client, r.id);
+    for (int s = 0; s < 2; ++s)
+        if (r.out_open[s]) rewatch(r.out[s].get(), EPOLLIN, s == 0 ? Watch::Stdout : Watch::Stderr, r.id);
+    if (r.replied) drop_run(r.id);
+}
+
+void Server::on_stdin_writable(Run& r) {
+    while (!r.stdin_buffer.empty()) {
+        ssize_t n = ::write(r.in.get(), r.stdin_buffer.data(), r.stdin_buffer.size());
+        if (n < 0) {
+            if (errno == EAGAIN) break;
+            r.stdin_buffer.clear();  // EPIPE: the command does not read its input
+            r.stdin_end = true;
+            break;
+        }
+        r.stdin_buffer.erase(0, static_cast<size_t>(n));
+    }
+    if (r.stdin_buffer.empty() && r.stdin_end) {
+        unwatch(r.in.get());
+        r.in.reset();
+    } else {
+        rewatch(r.in.get(), r.stdin_buffer.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT), Watch::Stdin, r.id);
+    }
+    // Room again: read the client's next frames.
+    if (!r.client_gone && r.stdin_buffer.size() < kStdinBufferLimit)
+        rewatch(r.conn.get(), EPOLLIN | EPOLLRDHUP | (r.outbox.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT)), Watch::Client, r.id);
+}
+
+void Server::on_client(Run& r, uint32_t events) {
+    if (events & EPOLLOUT) flush_outbox(r);
+    if (runs_.find(r.id) == runs_.end()) return;
+    if (r.client_gone) return;
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+        for (;;) {
+            ssize_t n = ::recv(r.conn.get(), read_buffer_.data(), kMaxFrameData + 1, MSG_DONTWAIT | MSG_TRUNC);
+            if (n < 0 && errno == EAGAIN) break;
+            if (n <= 0) {
+                // The client left before the result: its sandbox goes.
+                r.client_gone = true;
+                unwatch(r.conn.get());
+                kill_sandbox(r);
+                maybe_finish(r);
+                return;
+            }
+            char tag = read_buffer_[0];
+            bool accepted = r.request.stdin_frames && !r.stdin_end && static_cast<size_t>(n) <= kMaxFrameData + 1 &&
+                            (tag == kStdinData || (tag == kStdinEnd && n == 1));
+            if (!accepted) {
+                fail_run(r, ErrorKind::InvalidRequest, "unexpected message from the client (tag '" +
+                                                           std::string(1, std::isprint(tag) ? tag : '?') + "')");
+                return;
+            }
+            if (tag == kStdinEnd) {
+                r.stdin_end = true;
+            } else {
+                r.stdin_buffer.append(read_buffer_.data() + 1, static_cast<size_t>(n - 1));
+            }
+            if (!r.in) {
+                r.stdin_buffer.clear();  // not started yet is not possible here; EPIPE'd: dropped
+            } else {
+                on_stdin_writable(r);
+            }
+            if (r.stdin_buffer.size() >= kStdinBufferLimit) {
+                rewatch(r.conn.get(), EPOLLRDHUP | (r.outbox.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT)), Watch::Client, r.id);
+                break;
+            }
+        }
+    }
+}
+
+void Server::on_timer(Run& r) {
+    uint64_t expirations;
+    if (::read(r.timer.get(), &expirations, sizeof expirations) != sizeof expirations) return;
+    r.timed_out = true;
+    kill_sandbox(r);
+}
+
+void Server::kill_sandbox(Run& r) {
+    auto it = embryos_.find(r.embryo);
+    if (it == embryos_.end() || it->second->reaped) return;
+    // pid 1 of the sandbox's pid namespace: the kernel kills every other process in it.
+    sys::pidfd_send_signal(it->second->pidfd.get(), SIGKILL);
+}
+
+void Server::collect_usage(Run& r, Embryo& e, RunOutcome& o) {
+    if (!use_cgroups_) {
+        o.cpu_ms = (r.usage.ru_utime.tv_sec + r.usage.ru_stime.tv_sec) * 1000.0 +
+                   (r.usage.ru_utime.tv_usec + r.usage.ru_stime.tv_usec) / 1000.0;
+        o.peak_memory_bytes = static_cast<uint64_t>(r.usage.ru_maxrss) * 1024;
+        o.limits.memory = "rlimit";
+        o.limits.pids = "rlimit";
+        o.limits.cpu = "none";
+        return;
+    }
+    o.limits.memory = o.limits.pids = "cgroup";
+    o.limits.cpu = r.request.cpus > 0 ? "cgroup" : "none";
+    const auto& dirs = e.cgroups.dirs();
+    auto number = [](const std::string& path) -> std::optional<uint64_t> {
+        auto text = read_file(path);
+        if (!text) return std::nullopt;
+        auto v = parse_cgroup_uint(*text);
+        if (!v) return std::nullopt;
+        return *v;
+    };
+    if (auto d = controller_dir(layout_, dirs, "cpuacct")) {
+        if (auto ns = number(d->dir + "/cpuacct.usage")) o.cpu_ms = static_cast<double>(*ns) / 1e6;
+    } else if (auto d2 = controller_dir(layout_, dirs, "cpu"); d2 && d2->unified) {
+        if (auto text = read_file(d2->dir + "/cpu.stat"))
+            o.cpu_ms = static_cast<double>(cgroup_keyed_value(*text, "usage_usec")) / 1e3;
+    }
+    if (auto d = controller_dir(layout_, dirs, "memory")) {
+        if (d->unified) {
+            o.peak_memory_bytes = number(d->dir + "/memory.peak");
+            if (auto text = read_file(d->dir + "/memory.events")) o.oom_killed = cgroup_keyed_value(*text, "oom_kill") > 0;
+        } else {
+            o.peak_memory_bytes = number(d->dir + "/memory.max_usage_in_bytes");
+            if (auto text = read_file(d->dir + "/memory.oom_control")) o.oom_killed = cgroup_keyed_value(*text, "oom_kill") > 0;
+        }
+    }
+}
+
+void Server::maybe_finish(Run& r) {
+    if (r.replied) return;
+    bool done = r.exited && !r.out_open[0] && !r.out_open[1];
+    if (!done) return;
+    RunOutcome o;
+    set_exit_status(o, r.status);
+    if (r.timed_out) {
+        o.exit_code = 124;
+        o.signal = SIGKILL;
+    }
+    o.timed_out = r.timed_out;
+    o.duration_ms = ms_between(r.released, r.ended);
+    o.stdout_bytes = r.capture[0]->total();
+    o.stderr_bytes = r.capture[1]->total();
+    o.stdout_dropped = r.capture[0]->dropped();
+    o.stderr_dropped = r.capture[1]->dropped();
+    o.exec_error = r.exec_error;
+    if (auto it = embryos_.find(r.embryo); it != embryos_.end()) collect_usage(r, *it->second, o);
+    discard_embryo(r.embryo);
+    r.embryo = 0;
+    r.replied = true;
+    if (!r.client_gone) {
+        for (int s = 0; s < 2; ++s)
+            for (auto& f : frames(s == 0 ? kStdoutData : kStderrData, r.capture[s]->tail())) send_frame(r, std::move(f));
+        send_frame(r, format_result(o));
+    }
+    if (r.outbox.empty() || r.client_gone) drop_run(r.id);
+}
+
+void Server::fail_run(Run& r, ErrorKind kind, const std::string& message) {
+    if (!r.client_gone && !r.replied) {
+        r.outbox.clear();
+        std::string m = format_error(kind, message);
+        ::send(r.conn.get(), m.data(), m.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    r.replied = true;
+    r.client_gone = true;
+    if (r.embryo && embryos_.count(r.embryo)) {
+        Embryo& e = *embryos_.at(r.embryo);
+        if (e.state == Embryo::State::Building) {
+            e.run = 0;  // it joins its pool when ready
+        } else {
+            discard_embryo(r.embryo);
+        }
+    }
+    drop_run(r.id);
+}
+
+void Server::drop_run(uint64_t run_id) {
+    auto it = runs_.find(run_id);
+    if (it == runs_.end()) return;
+    Run& r = *it->second;
+    if (r.embryo && embryos_.count(r.embryo)) {
+        Embryo& e = *embryos_.at(r.embryo);
+        if (e.state == Embryo::State::Running) {
+            discard_embryo(r.embryo);
+        } else {
+            e.run = 0;
+        }
+    }
+    for (int fd : {r.conn.get(), r.out[0].get(), r.out[1].get(), r.in.get(), r.timer.get()}) unwatch(fd);
+    runs_.erase(it);
+}
+
+// --- the loop ---
+
+void Server::dispatch(const epoll_event& ev) {
+    Watch w = static_cast<Watch>(ev.data.u64 >> 56);
+    uint64_t id = ev.data.u64 & ((1ull << 56) - 1);
+    switch (w) {
+        case Watch::Signals: {
+            signalfd_siginfo si;
+            while (::read(signals_.get(), &si, sizeof si) == sizeof si)
+                if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT || si.ssi_signo == SIGHUP) stopping_ = true;
+            return;  // SIGCHLD: the pidfds say who
+        }
+        case Watch::Handoff: accept_handoff(); return;
+        case Watch::NewConn: read_first_message(id); return;
+        case Watch::Control: on_control(id); return;
+        case Watch::Pidfd: on_embryo_exit(id); return;
+        default: break;
+    }
+    auto it = runs_.find(id);
+    if (it == runs_.end()) return;
+    Run& r = *it->second;
+    switch (w) {
+        case Watch::Stdout: on_output(r, 0); break;
+        case Watch::Stderr: on_output(r, 1); break;
+        case Watch::Stdin: on_stdin_writable(r); break;
+        case Watch::Timer: on_timer(r); break;
+        case Watch::Client: on_client(r, ev.events); break;
+        default: break;
+    }
+}
+
+void Server::shutdown() {
+    for (auto& [id, r] : runs_) {
+        if (!r->client_gone && !r->replied) {
+            std::string m = format_error(ErrorKind::SandboxError, "the daemon stopped");
+            ::send(r->conn.get(), m.data(), m.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        }
+        r->replied = true;
+    }
+    std::vector<uint64_t> ids;
+    for (auto& [id, e] : embryos_) ids.push_back(id);
+    for (uint64_t id : ids) discard_embryo(id);
+    runs_.clear();
+}
+
+int Server::run() {
+    if (auto s = setup(); !s) {
+        log::error("sandbox: " + s.error().what());
+        return 1;
+    }
+    log::info("sandbox service ready (" + std::string(mapped_range_ ? "root" : "rootless") +
+              (use_cgroups_ ? ", cgroup limits" : ", rlimits") + ")");
+    epoll_event events[64];
+    while (!stopping_) {
+        bool want_refill = false;
+        for (auto& [k, p] : pools_)
+            want_refill |= static_cast<int>(p.ready.size()) + p.building < opt_.pool_size &&
+                           (p.failures < kBuildFailuresBeforePause || Clock::now() >= p.retry_at);
+        // Requests first: embryos are made only when nothing else waits.
+        int n = ::epoll_wait(epoll_.get(), events, 64, want_refill ? 0 : 10000);
+        if (n < 0 && errno != EINTR) {
+            log::error("sandbox: " + errno_text("epoll_wait"));
+            break;
+        }
+        if (n == 0 && want_refill) {
+            if (!refill_one()) {
+                n = ::epoll_wait(epoll_.get(), events, 64, 1000);
+                if (n < 0) n = 0;
+            }
+        }
+        for (int i = 0; i < n; ++i) dispatch(events[i]);
+    }
+    shutdown();
+    return 0;
+}
+
+}  // namespace
+
+int serve_sandboxes(int handoff, const ServerOptions& options) {
+    Server s(handoff, options);
+    return s.run();
+}
+
+}  // namespace forkbox::sandbox

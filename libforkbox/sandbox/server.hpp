@@ -1,0 +1,36 @@
+// The sandbox service: a process of its own behind the daemon's socket. The daemon's
+// zygote loop accepts every connection and hands a sandbox request's connection over
+// (SCM_RIGHTS on `handoff`) without reading it; this process is the parent of every
+// sandbox, so it can keep embryos (embryo.hpp) ready, reap them, and watch each run with
+// one single-threaded epoll loop: output pipes, stdin, the client, a timerfd deadline and
+// the pidfd of the sandbox's pid 1. Why a process of its own: the zygote loop never forks
+// or waits (its builder does that work), while sandboxes are children; a sandbox server
+// that dies takes no zygote template with it, and the daemon starts a new one.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "libforkbox/sandbox/request.hpp"
+
+namespace forkbox::sandbox {
+
+struct ServerOptions {
+    std::string stage_dir;   // an empty directory the daemon owns (embryos mount on it privately)
+    std::string socket_path;  // hidden from sandboxes, with its directory
+    int pool_size = 2;       // embryos kept ready per kind asked for
+    int max_live = 128;      // sandboxes at once (running or being made for a request)
+    Defaults defaults;
+    std::vector<gid_t> allowed_groups;  // peers in these groups are served too
+    uint32_t uid_base = 1000000000;     // a root daemon maps sandboxes' 0..65535 here
+    uint64_t upper_size_mb = 512;       // the overlay's tmpfs, and /tmp's
+};
+
+// Serves until SIGTERM or SIGINT (or until `handoff` closes), then kills every sandbox and
+// releases its cgroups. Returns the process's exit code.
+int serve_sandboxes(int handoff, const ServerOptions& options);
+
+}  // namespace forkbox::sandbox
