@@ -1,5 +1,6 @@
 #include "libforkbox/sandbox/embryo.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/mount.h>
@@ -13,9 +14,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "libforkbox/base/fd.hpp"
+#include "libforkbox/base/files.hpp"
 #include "libforkbox/mount/rootfs.hpp"
 #include "libforkbox/process/caps.hpp"
 #include "libforkbox/process/namespaces.hpp"
@@ -62,6 +65,78 @@ Result<void> check(bool ok, std::string what) {
     return {};
 }
 
+// Mount points of this mount namespace, from mountinfo (field 5), unescaped enough for
+// the paths a host has ("\040" for a space).
+std::vector<std::string> mount_points() {
+    std::vector<std::string> out;
+    auto text = read_file("/proc/self/mountinfo");
+    if (!text) return out;
+    size_t pos = 0;
+    while (pos < text->size()) {
+        size_t end = text->find('\n', pos);
+        if (end == std::string::npos) end = text->size();
+        std::string_view line(text->data() + pos, end - pos);
+        pos = end + 1;
+        size_t field = 0, start = 0;
+        for (size_t i = 0; i <= line.size() && field < 5; ++i) {
+            if (i == line.size() || line[i] == ' ') {
+                if (++field == 5) out.emplace_back(line.substr(start, i - start));
+                start = i + 1;
+            }
+        }
+    }
+    return out;
+}
+
+// A user's sandbox (no lower layer from the daemon): in a user namespace the host's root
+// cannot be one overlay layer, because the mounts on it are locked to it. Each top-level
+// directory without mounts below it becomes an overlay of its own (lowerdir=/usr...), a
+// directory with mounts below a read-only recursive bind, a symlink a symlink.
+Result<void> build_root_per_directory(const std::string& st, const std::string& root) {
+    std::vector<std::string> mounts = mount_points();
+    // Replaced by the Plan's own mounts, or hidden by them.
+    static const std::vector<std::string_view> kPlanned = {"proc", "sys", "dev", "run", "tmp", "root", "home"};
+    DIR* d = ::opendir("/");
+    if (!d) return sys_error("open /");
+    std::vector<std::string> names;
+    while (dirent* e = ::readdir(d))
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+    ::closedir(d);
+    for (const auto& name : names) {
+        std::string host = "/" + name, target = root + "/" + name;
+        struct stat st_buf;
+        if (::lstat(host.c_str(), &st_buf) < 0) continue;
+        if (S_ISLNK(st_buf.st_mode)) {
+            char link[4096];
+            ssize_t n = ::readlink(host.c_str(), link, sizeof link - 1);
+            if (n <= 0) continue;
+            link[n] = '\0';
+            FB_TRY(check(::symlink(link, target.c_str()) == 0, "symlink " + target));
+            continue;
+        }
+        if (!S_ISDIR(st_buf.st_mode)) continue;
+        FB_TRY(check(::mkdir(target.c_str(), st_buf.st_mode & 07777) == 0, "mkdir " + target));
+        if (std::find(kPlanned.begin(), kPlanned.end(), name) != kPlanned.end()) continue;
+        bool has_mounts = false;
+        for (const auto& m : mounts) has_mounts |= m == host || m.starts_with(host + "/");
+        if (has_mounts) {
+            FB_TRY(check(::mount(host.c_str(), target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) == 0, "bind " + host));
+            // Adds read-only and keeps the flags the host locked on those mounts.
+            mount_attr ro{};
+            ro.attr_set = MOUNT_ATTR_RDONLY;
+            FB_TRY(check(::syscall(SYS_mount_setattr, AT_FDCWD, target.c_str(), AT_RECURSIVE, &ro, sizeof ro) == 0,
+                         "make " + host + " read-only"));
+            continue;
+        }
+        std::string upper = st + "/upper/" + name, work = st + "/work/" + name;
+        FB_TRY(check(::mkdir(upper.c_str(), 0755) == 0 && ::mkdir(work.c_str(), 0755) == 0, "mkdir " + upper));
+        std::string options = "lowerdir=" + host + ",upperdir=" + upper + ",workdir=" + work + ",userxattr";
+        FB_TRY(check(::mount("overlay", target.c_str(), "overlay", MS_NOSUID | MS_NODEV, options.c_str()) == 0,
+                     "mount an overlay of " + host));
+    }
+    return {};
+}
+
 // The sandbox's root: a tmpfs on the stage directory holding the overlay's upper and work
 // directories and the lower layer's mount point, and the overlay on <stage>/root.
 Result<void> build_root(const EmbryoSetup& s, int lower_tree) {
@@ -79,8 +154,7 @@ Result<void> build_root(const EmbryoSetup& s, int lower_tree) {
                      "attach the lower layer"));
         ::close(lower_tree);
     } else {
-        // Not recursive: the host's other mounts (/proc, /sys, /dev, /run...) stay out.
-        FB_TRY(check(::mount("/", lower.c_str(), nullptr, MS_BIND, nullptr) == 0, "bind / as the lower layer"));
+        return build_root_per_directory(st, st + "/root");
     }
     FB_TRY(check(::mount(nullptr, lower.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) == 0,
                  "make the lower layer read-only"));
@@ -162,6 +236,7 @@ ssize_t receive(int sock, std::string& buf, int* fds, int& nfds) {
         if (::dup2(stdio[i], i) < 0) exec_failed(control, errno, "stdio");
     for (int i = 0; i < 3; ++i)
         if (stdio[i] > 2) ::close(stdio[i]);
+    ::umask(022);  // a login's, whatever the daemon's is
     if (::chdir(r.cwd.c_str()) < 0) exec_failed(control, errno, "cwd " + r.cwd);
     if (r.nproc_limit) {
         rlimit l{r.nproc_limit, r.nproc_limit};

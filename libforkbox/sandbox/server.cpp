@@ -424,7 +424,8 @@ std::string Server::info_json() {
     w.key("protocol").value(kProtocolVersion);
     w.key("version").value(FORKBOX_VERSION);
     w.key("uid").value(static_cast<uint64_t>(::geteuid()));
-    w.key("pid").value(static_cast<int64_t>(::getpid()));
+    w.key("pid").value(static_cast<int64_t>(::getppid()));  // the daemon's
+    w.key("service_pid").value(static_cast<int64_t>(::getpid()));
     w.key("mode").value(mapped_range_ ? "root" : "rootless");
     w.key("idmapped_lower").value(mapped_range_ && idmapped_lower_);
     w.key("limits").begin_object();
@@ -563,20 +564,26 @@ Result<void> Server::finish_embryo_setup(Embryo& e, const Plan& plan, std::vecto
     FB_TRY(write_text(proc + "/uid_map", uid_map));
     FB_TRY(write_text(proc + "/gid_map", gid_map));
 
+    // A root daemon's lower layer: a copy of "/" alone (not its submounts), made here where
+    // nothing is locked, idmapped so that the host's root-owned files are the sandbox root's.
     unique_fd lower;
-    if (mapped_range_ && idmapped_lower_) {
+    if (mapped_range_) {
         unique_fd userns(::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
         lower.reset(static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, "/", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
+        if (!lower) return sys_error("open_tree /");
         mount_attr attr{};
-        attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-        attr.userns_fd = static_cast<uint64_t>(userns.get());
-        if (!userns || !lower ||
-            ::syscall(SYS_mount_setattr, lower.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) {
-            log::warn("sandbox: no idmapped lower layer (" + errno_text("mount_setattr") +
-                      "): the sandbox's root cannot write the host's system files");
-            idmapped_lower_ = false;
-            lower.reset();
+        attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+        if (idmapped_lower_ && userns) {
+            attr.attr_set |= MOUNT_ATTR_IDMAP;
+            attr.userns_fd = static_cast<uint64_t>(userns.get());
+            if (::syscall(SYS_mount_setattr, lower.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) {
+                log::warn("sandbox: no idmapped lower layer (" + errno_text("mount_setattr") +
+                          "): the sandbox's root cannot write the host's system files");
+                idmapped_lower_ = false;
+                attr.attr_set &= ~static_cast<uint64_t>(MOUNT_ATTR_IDMAP);
+            }
         }
+        if (!idmapped_lower_) ::syscall(SYS_mount_setattr, lower.get(), "", AT_EMPTY_PATH, &attr, sizeof attr);
         // Writable binds: host root's files are the sandbox root's there too.
         for (size_t i = 0; i < bind_trees.size() && userns; ++i) {
             if (!bind_trees[i] || i >= plan.mounts.size()) continue;
