@@ -1,0 +1,161 @@
+"""The result of a sandboxed run."""
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional
+
+from .errors import ProtocolError
+
+__all__ = ["RunResult"]
+
+_REPR_TEXT = 60  # characters of each stream shown by repr()
+
+
+def _short(data: bytes) -> str:
+    text = data[: _REPR_TEXT * 4].decode("utf-8", errors="replace")
+    if len(text) > _REPR_TEXT or len(data) > _REPR_TEXT * 4:
+        return f"{text[:_REPR_TEXT]!r}... ({len(data)} bytes)"
+    return repr(text)
+
+
+@dataclass(frozen=True, repr=False)
+class RunResult:
+    """What a command run in a sandbox did.
+
+    A command that fails is still a result: check :attr:`ok`, :attr:`exit_code`,
+    :attr:`timed_out`, :attr:`oom_killed` and :attr:`exec_error`.
+
+    Attributes:
+        stdout: standard output, decoded as UTF-8 (invalid bytes replaced by U+FFFD).
+        stderr: standard error, decoded the same way.
+        stdout_bytes: standard output as the raw bytes received.
+        stderr_bytes: standard error as the raw bytes received.
+        exit_code: the exit status; ``128 + N`` when killed by signal ``N``; ``124`` when the
+            deadline killed it; ``127``/``126`` when the command could not be started.
+        signal: the signal that killed the command, or ``None``.
+        timed_out: the deadline (``timeout_ms``) killed the command.
+        oom_killed: the kernel's OOM killer killed a process of the sandbox.
+        duration_ms: from the command's release to its exit, measured by the daemon.
+        stdout_truncated: the middle of standard output was dropped (``max_output``).
+        stderr_truncated: the same for standard error.
+        stdout_dropped: bytes of standard output dropped (not sent).
+        stderr_dropped: bytes of standard error dropped.
+        stdout_written: bytes the command wrote to standard output (kept + dropped).
+        stderr_written: bytes the command wrote to standard error.
+        cpu_ms: CPU time of the sandbox, or ``None`` where the host cannot measure it.
+        peak_memory_bytes: peak memory of the sandbox, or ``None``.
+        limits: how each limit was enforced: ``{"memory": "cgroup"|"rlimit"|"none", ...}``.
+        exec_error: why the command could not be started (missing program, bad ``cwd``),
+            or ``None``.
+        raw: the daemon's result object as received (for fields newer than this SDK).
+    """
+
+    stdout_bytes: bytes
+    stderr_bytes: bytes
+    exit_code: int
+    signal: Optional[int] = None
+    timed_out: bool = False
+    oom_killed: bool = False
+    duration_ms: float = 0.0
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
+    stdout_written: int = 0
+    stderr_written: int = 0
+    cpu_ms: Optional[float] = None
+    peak_memory_bytes: Optional[int] = None
+    limits: Dict[str, str] = field(default_factory=dict)
+    exec_error: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def stdout(self) -> str:
+        """Standard output decoded as UTF-8 with ``errors="replace"``."""
+        return self.stdout_bytes.decode("utf-8", errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        """Standard error decoded as UTF-8 with ``errors="replace"``."""
+        return self.stderr_bytes.decode("utf-8", errors="replace")
+
+    @property
+    def stdout_truncated(self) -> bool:
+        """True when the middle of standard output was dropped."""
+        return self.stdout_dropped > 0
+
+    @property
+    def stderr_truncated(self) -> bool:
+        """True when the middle of standard error was dropped."""
+        return self.stderr_dropped > 0
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited with status 0."""
+        return self.exit_code == 0
+
+    def __repr__(self) -> str:
+        parts = [f"exit_code={self.exit_code}"]
+        if self.signal is not None:
+            parts.append(f"signal={self.signal}")
+        if self.timed_out:
+            parts.append("timed_out=True")
+        if self.oom_killed:
+            parts.append("oom_killed=True")
+        if self.exec_error is not None:
+            parts.append(f"exec_error={self.exec_error!r}")
+        parts.append(f"duration_ms={self.duration_ms:.3f}")
+        parts.append(f"stdout={_short(self.stdout_bytes)}")
+        if self.stdout_dropped:
+            parts.append(f"stdout_dropped={self.stdout_dropped}")
+        parts.append(f"stderr={_short(self.stderr_bytes)}")
+        if self.stderr_dropped:
+            parts.append(f"stderr_dropped={self.stderr_dropped}")
+        return f"RunResult({', '.join(parts)})"
+
+    @classmethod
+    def from_reply(cls, obj: Mapping[str, Any], stdout: bytes, stderr: bytes) -> "RunResult":
+        """Build a result from the daemon's ``X`` object and the streams received.
+
+        Raises:
+            ProtocolError: the object is not a result (no integer ``exit_code``).
+        """
+        if not isinstance(obj, Mapping):
+            raise ProtocolError(f"daemon sent a result that is not an object: {obj!r}")
+        exit_code = obj.get("exit_code")
+        if not isinstance(exit_code, int) or isinstance(exit_code, bool):
+            raise ProtocolError(f"daemon sent a result without an integer exit_code: {dict(obj)!r}")
+
+        def opt_int(key: str) -> Optional[int]:
+            v = obj.get(key)
+            return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+        def opt_float(key: str) -> Optional[float]:
+            v = obj.get(key)
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        def count(key: str, default: int) -> int:
+            v = opt_int(key)
+            return v if v is not None else default
+
+        limits_obj = obj.get("limits")
+        limits = {str(k): str(v) for k, v in limits_obj.items()} if isinstance(limits_obj, Mapping) else {}
+        exec_error = obj.get("exec_error")
+        duration = opt_float("duration_ms")
+        stdout_dropped = count("stdout_dropped", 0)
+        stderr_dropped = count("stderr_dropped", 0)
+        return cls(
+            stdout_bytes=bytes(stdout),
+            stderr_bytes=bytes(stderr),
+            exit_code=exit_code,
+            signal=opt_int("signal"),
+            timed_out=obj.get("timed_out") is True,
+            oom_killed=obj.get("oom_killed") is True,
+            duration_ms=duration if duration is not None else 0.0,
+            stdout_dropped=stdout_dropped,
+            stderr_dropped=stderr_dropped,
+            stdout_written=count("stdout_bytes", len(stdout) + stdout_dropped),
+            stderr_written=count("stderr_bytes", len(stderr) + stderr_dropped),
+            cpu_ms=opt_float("cpu_ms"),
+            peak_memory_bytes=opt_int("peak_memory_bytes"),
+            limits=limits,
+            exec_error=exec_error if isinstance(exec_error, str) else None,
+            raw=dict(obj),
+        )

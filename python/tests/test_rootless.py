@@ -1,0 +1,289 @@
+"""A subset of the integration suite with the daemon and the client run as the
+unprivileged user fbrootless (uid 23456, made when missing and left in place).
+
+The daemon serves only its own uid (SO_PEERCRED), so the client code runs as that user
+too: a ``/usr/bin/python3 -`` under ``setpriv`` reading its script on stdin (so that no
+marker string of a test is in the client's own command line), with this tree's SDK copied
+where the user can read it. Skipped, with the reason, when that daemon does not answer
+``sandbox/1 info``.
+"""
+
+import base64
+import json
+import os
+import pwd
+import random
+import shutil
+import signal
+import subprocess
+import textwrap
+import time
+import uuid
+from typing import Any, Dict, Iterator, List, Optional
+
+import pytest
+
+from fbtest_helpers import (
+    ESCAPE_SCRIPT,
+    PYTHON_DIR,
+    ROOTLESS_UID,
+    ROOTLESS_USER,
+    SYSTEM_PYTHON,
+    DaemonProc,
+    binary_under_test,
+    children_of,
+    copy_binary,
+    escape_mismatches,
+    fd_count,
+    make_tmp,
+    mount_points,
+    peer_pid,
+    procs_with,
+    sandbox_cgroups,
+    user_prefix,
+    wait_gone,
+)
+from forkbox import RunResult
+
+pytestmark = [pytest.mark.integration, pytest.mark.rootless]
+
+SCRIPT_TIMEOUT_S = 300
+
+PRELUDE = """
+import base64, json, sys, time
+from forkbox import Forkbox, AsyncForkbox, RunResult
+def dump(r):
+    return {"raw": r.raw, "stdout": base64.b64encode(r.stdout_bytes).decode(),
+            "stderr": base64.b64encode(r.stderr_bytes).decode()}
+def emit(obj):
+    print("FBJSON " + json.dumps(obj), flush=True)
+"""
+
+
+def ensure_user() -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(ROOTLESS_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--uid", str(ROOTLESS_UID), "--create-home", ROOTLESS_USER], check=True)
+        return pwd.getpwnam(ROOTLESS_USER)
+
+
+def user_dir(path: str, uid: int) -> str:
+    os.makedirs(path, exist_ok=True)
+    os.chown(path, uid, uid)
+    os.chmod(path, 0o700)
+    return path
+
+
+class UserSide:
+    """The unprivileged user's daemon and a way to run client scripts as that user."""
+
+    def __init__(self) -> None:
+        self.pw = ensure_user()
+        self.uid = self.pw.pw_uid
+        self.base = make_tmp("fbrl-")
+        os.chmod(self.base, 0o711)
+        self.run_dir = user_dir(os.path.join(self.base, "run"), self.uid)
+        bin_dir = os.path.join(self.base, "bin")
+        os.makedirs(bin_dir)
+        os.chmod(bin_dir, 0o755)
+        self.binary = copy_binary(binary_under_test(), bin_dir)
+        self.sdk = os.path.join(self.base, "sdk")
+        shutil.copytree(os.path.join(PYTHON_DIR, "forkbox"), os.path.join(self.sdk, "forkbox"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for root, dirs, files in os.walk(self.sdk):
+            os.chmod(root, 0o755)
+            for f in files:
+                os.chmod(os.path.join(root, f), 0o644)
+        self.sock = os.path.join(user_dir(os.path.join(self.run_dir, "forkbox"), self.uid), "forkbox.sock")
+        self.daemon = DaemonProc(self.binary, self.sock, os.path.join(self.base, "daemon.log"),
+                                 prefix=user_prefix(self.uid, self.pw.pw_dir, self.run_dir))
+        self.extra_pids: List[int] = []
+
+    def python(self, body: str, env: Optional[Dict[str, str]] = None, run_dir: Optional[str] = None) -> List[Any]:
+        """Run PRELUDE + body as the user; return the objects it emitted."""
+        e = {"PYTHONPATH": self.sdk, "FORKBOX_NO_AUTOSTART": "1"}
+        e.update(env or {})
+        e = {k: v for k, v in e.items() if v is not None}
+        cmd = user_prefix(self.uid, self.pw.pw_dir, run_dir or self.run_dir, e) + [SYSTEM_PYTHON, "-"]
+        p = subprocess.run(cmd, input=(PRELUDE + textwrap.dedent(body)).encode(), capture_output=True,
+                           timeout=SCRIPT_TIMEOUT_S, cwd="/")
+        out = [json.loads(line[7:]) for line in p.stdout.decode().splitlines() if line.startswith("FBJSON ")]
+        assert p.returncode == 0, f"client script failed ({p.returncode}): {p.stderr.decode()[-2000:]}"
+        return out
+
+    def result(self, body: str) -> RunResult:
+        """Run a body whose last emit is dump(result)."""
+        d = self.python(body)[-1]
+        return RunResult.from_reply(d["raw"], base64.b64decode(d["stdout"]), base64.b64decode(d["stderr"]))
+
+    def cleanup(self) -> None:
+        self.daemon.stop()
+        for pid in self.extra_pids:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for pid in self.extra_pids:
+            if not wait_gone(pid, 10):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        # Anything of the user's still running from this test's directory.
+        for pid in procs_with(self.base):
+            try:
+                if os.stat(f"/proc/{pid}").st_uid == self.uid:
+                    os.kill(pid, signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                pass
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def user() -> Iterator[UserSide]:
+    src = binary_under_test()
+    if not os.access(src, os.X_OK):
+        pytest.skip(f"no forkbox binary at {src} (make, or set FORKBOX_BIN)")
+    if shutil.which("setpriv") is None:
+        pytest.skip("no setpriv (util-linux)")
+    u = UserSide()
+    try:
+        u.daemon.start()
+        # root cannot ask the user's daemon (SO_PEERCRED): the user asks, in a loop.
+        ready = False
+        until = time.monotonic() + 20
+        while time.monotonic() < until and u.daemon.proc and u.daemon.proc.poll() is None:
+            out = u.python("""
+                from forkbox import ForkboxError
+                try:
+                    emit(Forkbox(request_timeout_s=5).info())
+                except ForkboxError as e:
+                    emit({"error": str(e)})
+            """)
+            if out and out[-1].get("protocol") == 1:
+                ready = True
+                break
+            time.sleep(0.3)
+        if not ready:
+            pytest.skip(f"{src} daemon run as {ROOTLESS_USER} does not answer sandbox/1 info "
+                        f"(log: {u.daemon.log_tail(300)!r})")
+        yield u
+    finally:
+        u.cleanup()
+
+
+def test_rootless_info(user):
+    info = user.python("emit(Forkbox().info())")[-1]
+    assert info["uid"] == user.uid and info["mode"] == "rootless", info
+
+
+def test_rootless_example_factorial(user):
+    r = user.result("""
+        r = Forkbox.run("python3 -c 'import math; print(math.factorial(20))'")
+        emit(dump(r))
+    """)
+    assert r.stdout == "2432902008176640000\n", r
+    assert r.exit_code == 0 and isinstance(r.duration_ms, float)
+
+
+def test_rootless_example_timeout(user):
+    r = user.result("""
+        r = Forkbox.run("while true; do :; done", timeout_ms=500)
+        emit(dump(r))
+    """)
+    assert r.timed_out is True and r.exit_code == 124, r
+
+
+def test_rootless_hosts_file(user):
+    before = (open("/etc/hosts", "rb").read(), os.stat("/etc/hosts").st_mtime_ns)
+    out = user.python("""
+        emit(dump(Forkbox.run("echo payload >> /etc/hosts")))
+        emit(dump(Forkbox.run("cat /etc/hosts")))
+    """)
+    after = (open("/etc/hosts", "rb").read(), os.stat("/etc/hosts").st_mtime_ns)
+    w, c = (RunResult.from_reply(d["raw"], base64.b64decode(d["stdout"]), base64.b64decode(d["stderr"]))
+            for d in out)
+    assert after == before
+    assert w.exit_code != 0 and "Permission denied" in w.stderr, w
+    assert c.ok and "payload" not in c.stdout, c
+
+
+def test_rootless_escape_syscalls(user):
+    r = user.result(f"""
+        emit(dump(Forkbox.run(argv=["python3", "-c", {ESCAPE_SCRIPT!r}])))
+    """)
+    assert r.ok, r
+    bad = escape_mismatches(r.stdout)
+    assert not bad, bad
+
+
+def test_rootless_watchdog_kills_every_process(user):
+    marker, number = f"fbmark-{uuid.uuid4().hex}", str(random.randrange(10**8, 10**9))
+    cmd = (f"sleep 1000.{number} & sleep 1000.{number} & "
+           f"sh -c 'while :; do sleep 1; done' {marker} & sh -c 'while :; do :; done' {marker}")
+    r = user.result(f"emit(dump(Forkbox.run({cmd!r}, timeout_ms=300)))")
+    assert r.timed_out and r.exit_code == 124, r
+    left = procs_with(marker) + procs_with(f"1000.{number}")
+    assert not left, f"processes left after the result: {left}"
+
+
+SETTLE = """
+def settled(target_ready=None, timeout=30.0):
+    until = time.monotonic() + timeout
+    while True:
+        info = Forkbox().info()
+        pool = info.get("pool") or {}
+        ok = info.get("live") == 0 and pool.get("building", 0) == 0
+        if target_ready is not None:
+            ok = ok and pool.get("ready") == target_ready
+        if ok or time.monotonic() > until:
+            return info
+        time.sleep(0.1)
+"""
+
+
+def test_rootless_no_leak_after_100_runs(user):
+    pid = user.daemon.pid
+    user.python('Forkbox.run("true")')
+    before_info = user.python(SETTLE + "emit(settled())")[-1]
+    before = {"fds": fd_count(pid), "children": len(children_of(pid)), "mounts": mount_points(),
+              "cgroups": sandbox_cgroups()}
+    out = user.python(SETTLE + textwrap.dedent(f"""
+        bad = [dump(r) for r in (Forkbox.run("true") for _ in range(100)) if not r.ok]
+        emit(bad[:3])
+        emit(settled({(before_info.get("pool") or {}).get("ready")!r}))
+    """))
+    failures, after_info = out[-2], out[-1]
+    assert not failures, failures
+    after = {"fds": fd_count(pid), "children": len(children_of(pid)), "mounts": mount_points(),
+             "cgroups": sandbox_cgroups()}
+    assert after_info.get("live") == 0, after_info
+    assert after_info.get("open_fds") == before_info.get("open_fds"), (before_info, after_info)
+    assert after["fds"] == before["fds"]
+    assert after["children"] == before["children"]
+    assert not (after["mounts"] - before["mounts"]), sorted(after["mounts"] - before["mounts"])[:20]
+    assert not (after["cgroups"] - before["cgroups"]), sorted(after["cgroups"] - before["cgroups"])[:20]
+
+
+def test_rootless_autostart_on_the_default_socket(user):
+    run2 = user_dir(os.path.join(user.base, "run2"), user.uid)
+    expected = os.path.join(run2, "forkbox", "forkbox.sock")
+    out = user.python("""
+        c = Forkbox()
+        emit({"socket": c.socket_path, "default": c.socket_is_default, "autostart": c.autostart})
+        emit(dump(Forkbox.run("echo started")))
+    """, env={"FORKBOX_BIN": user.binary, "FORKBOX_NO_AUTOSTART": None}, run_dir=run2)
+    pids = procs_with(expected)
+    user.extra_pids.extend(pids)
+    facts, d = out[0], out[1]
+    assert facts == {"socket": expected, "default": True, "autostart": True}, facts
+    r = RunResult.from_reply(d["raw"], base64.b64decode(d["stdout"]), base64.b64decode(d["stderr"]))
+    assert r.stdout == "started\n", r
+    # The daemon is the socket's owner; the others with its command line are its forks.
+    main = peer_pid(expected)
+    assert main in pids, (main, pids)
+    os.kill(main, signal.SIGTERM)
+    assert wait_gone(main, 15)
+    left = [p for p in pids if not wait_gone(p, 10)]
+    assert not left, f"processes of the autostarted daemon left after its SIGTERM: {left}"
