@@ -43,8 +43,12 @@ DEB_PACKAGES += podman conmon catatonit bsdutils
 # integration/containerd.bats and bench/managers-containerd.sh: containerd brings ctr and the shims;
 # python3-grpcio drives its CRI plugin (integration/helper/cri-client.py; no crictl in Debian).
 DEB_PACKAGES += containerd python3-grpcio python3-protobuf
+# The Python SDK's tests (python/tests) run under Debian's python3 with pytest; `pip install
+# ./python` into a venv needs python3-venv and python3-pip. bench-sandbox compares with
+# bubblewrap and firejail.
+DEB_PACKAGES += python3-pytest python3-venv python3-pip bubblewrap firejail
 
-.PHONY: all deps demo test unit integration install uninstall bench bench-managers check-asan conformance clean
+.PHONY: all deps demo test unit integration python-test install uninstall bench bench-managers bench-sandbox check-asan conformance clean
 
 all: $(BUILD)/forkbox $(BUILD)/fbhelper
 
@@ -107,6 +111,10 @@ $(BUILD)/floor-nolibc: bench/floor-nolibc.c
 	$(CC) -O2 -static -nostdlib -fno-stack-protector -o $@ $<
 $(BUILD)/floor-glibc: bench/floor-glibc.c
 	$(CC) -O2 -static -o $@ $<
+# The sandbox protocol's C client of bench/sandbox.sh: static, as a shell would spawn it.
+$(BUILD)/sandbox-client: bench/sandbox-client.c
+	@mkdir -p $(BUILD)
+	$(CC) -O2 -static -Wall -Wextra -Werror -o $@ $<
 
 # Installs the Debian packages that building and testing need, only when missing.
 deps:
@@ -130,9 +138,14 @@ unit: $(BUILD)/unit-tests
 integration: all
 	bats integration/
 
+# The SDK against a real daemon (Debian's python3: the first python3 on PATH may lack pytest).
+python-test: all
+	FORKBOX_BIN=$(CURDIR)/$(BUILD)/forkbox /usr/bin/python3 -m pytest -q python/tests
+
 test: deps
 	$(MAKE) unit
 	$(MAKE) integration
+	$(MAKE) python-test
 
 install: $(BUILD)/forkbox
 	install -D -m 0755 $(BUILD)/forkbox $(DESTDIR)$(PREFIX)/bin/forkbox
@@ -154,6 +167,11 @@ bench: all $(BUILD)/bench-process-floor $(BUILD)/floor-nolibc $(BUILD)/floor-gli
 # The managers' view: podman and containerd with forkbox against runc.
 bench-managers: all
 	./bench/managers.sh
+
+# The agent sandbox service: latency from Python and C against bare, bwrap, firejail and
+# forkbox run; the watchdog's overshoot; throughput with 2 clients (not part of `bench`).
+bench-sandbox: all $(BUILD)/sandbox-client
+	./bench/sandbox.sh
 
 # Unit and integration tests under AddressSanitizer and UndefinedBehaviorSanitizer. GCC 12 at
 # -O1 with sanitizers warns maybe-uninitialized inside std::optional (false positives).

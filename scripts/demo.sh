@@ -30,3 +30,31 @@ mv "$work/bundle/config.json.new" "$work/bundle/config.json"
 code=0
 (cd "$work" && "$forkbox" --root "$work/state" run --timeout 1s bundle/) || code=$?
 echo "== exit code $code (124: killed at the deadline); containers left: $("$forkbox" --root "$work/state" list -q | wc -l)"
+
+# The agent sandbox: `forkbox daemon` is the parent of every sandbox; `forkbox sandbox` (and
+# the Python SDK, python/) asks it for one per command.
+sock="$work/forkbox.sock"
+"$forkbox" daemon --socket "$sock" >"$work/daemon.log" 2>&1 &
+daemon=$!
+trap 'kill -TERM $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf --one-file-system "$work"' EXIT
+for _ in $(seq 100); do "$forkbox" sandbox --socket "$sock" --info >/dev/null 2>&1 && break; sleep 0.05; done
+sandbox() { "$forkbox" sandbox --socket "$sock" "$@"; }
+echo "== forkbox sandbox -- python3 -c 'import math; print(math.factorial(20))'"
+sandbox -- python3 -c 'import math; print(math.factorial(20))'
+echo "== inside: uid, pid, processes seen, network interfaces"
+sandbox -- sh -c 'echo "uid=$(id -u) pid=$$ processes=$(ls /proc | grep -c "^[0-9]") interfaces=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d " " | tr "\n" " ")"'
+echo "== echo payload >> /etc/hosts inside (the write lands in the sandbox's RAM layer)"
+before=$(sha256sum /etc/hosts)
+sandbox -- sh -c 'echo payload >> /etc/hosts && tail -1 /etc/hosts'
+[[ $(sha256sum /etc/hosts) == "$before" ]] && echo "== the host's /etc/hosts is unchanged"
+echo "== mount(2) inside: $(sandbox -- python3 -c 'import ctypes,os; l=ctypes.CDLL(None,use_errno=True); l.syscall(165,0,0,0,0,0); print(os.strerror(ctypes.get_errno()))')"
+echo "== a busy loop with --timeout-ms 300"
+start=$(date +%s%N)
+code=0
+sandbox --timeout-ms 300 -- sh -c 'while :; do :; done' 2>/dev/null || code=$?
+end=$(date +%s%N)
+echo "== exit code $code after $(( (end - start) / 1000 )) us (124: killed at the deadline, every process of the sandbox with it)"
+start=$(date +%s%N)
+for _ in $(seq 20); do sandbox -- true; done
+end=$(date +%s%N)
+echo "== 20 sandboxes of true, one after another: $(( (end - start) / 20000 )) us each, with the forkbox client's own start-up"

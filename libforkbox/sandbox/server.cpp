@@ -36,6 +36,7 @@
 #include "libforkbox/cgroup/stats.hpp"
 #include "libforkbox/mount/rootfs.hpp"
 #include "libforkbox/process/rootless.hpp"
+#include "libforkbox/sandbox/builder.hpp"
 #include "libforkbox/sandbox/embryo.hpp"
 #include "libforkbox/sandbox/profile.hpp"
 #include "libforkbox/seccomp/seccomp.hpp"
@@ -67,24 +68,9 @@ Result<void> write_text(const std::string& path, std::string_view data) {
     return {};
 }
 
-// In a new embryo: every fd of the daemon's but `keep` is closed, so a sandbox holds
-// nothing of another's (clients' sockets, pipes) while it waits.
-void close_other_fds(std::vector<int> keep) {
-    keep.push_back(0);
-    keep.push_back(1);
-    keep.push_back(2);
-    std::sort(keep.begin(), keep.end());
-    unsigned next = 0;
-    for (int fd : keep) {
-        if (fd < 0) continue;
-        if (static_cast<unsigned>(fd) > next) sys::close_range(next, static_cast<unsigned>(fd) - 1, 0);
-        next = static_cast<unsigned>(fd) + 1;
-    }
-    sys::close_range(next, ~0U, 0);
-}
 
 // What an epoll event is about: the kind of fd and whose it is.
-enum class Watch : uint8_t { Signals, Handoff, NewConn, Control, Pidfd, Stdout, Stderr, Stdin, Timer, Client };
+enum class Watch : uint8_t { Signals, Handoff, Builder, NewConn, Control, Pidfd, Stdout, Stderr, Stdin, Timer, Client };
 
 uint64_t token(Watch w, uint64_t id) { return (static_cast<uint64_t>(w) << 56) | id; }
 
@@ -116,7 +102,7 @@ struct Embryo {
     pid_t pid = -1;
     unique_fd pidfd, control;
     SandboxKind kind;
-    CgroupPlacement cgroups;
+    std::vector<std::string> cgroup_dirs;  // per hierarchy of the service's layout
     oci::Resources applied;  // the limits its cgroups have now
     enum class State { Building, Ready, Running } state = State::Building;
     uint64_t run = 0;  // reserved for or running this run
@@ -151,9 +137,10 @@ private:
     void start_run(unique_fd conn, RunRequest request);
     std::string info_json();
 
-    Result<const Plan*> plan_for(const SandboxKind& kind);
     Result<uint64_t> start_embryo(const SandboxKind& kind, uint64_t reserved_for);
-    Result<void> finish_embryo_setup(Embryo& e, const Plan& plan, std::vector<unique_fd>& bind_trees);
+    void on_builder();
+    void build_failed(uint64_t embryo_id, const std::string& why);
+    void remove_cgroups_later(const std::vector<std::string>& dirs);
     void on_control(uint64_t embryo_id);
     void on_embryo_exit(uint64_t embryo_id);
     void embryo_ready(Embryo& e);
@@ -177,13 +164,11 @@ private:
 
     int handoff_;
     ServerOptions opt_;
-    unique_fd epoll_, signals_, dev_null_;
+    unique_fd epoll_, signals_, dev_null_, builder_;
     bool mapped_range_ = false;  // a root daemon
     bool use_cgroups_ = false;
     bool idmapped_lower_ = true;  // until it fails once
     CgroupLayout layout_;         // the hierarchies sandboxes get cgroups in
-    std::map<SandboxKind, Plan> plans_;
-    std::optional<SeccompProgram> seccomp_;
     std::map<uint64_t, unique_fd> new_conns_;
     std::map<uint64_t, std::unique_ptr<Embryo>> embryos_;
     std::map<uint64_t, std::unique_ptr<Run>> runs_;
@@ -269,12 +254,18 @@ Result<void> Server::setup() {
     }
     if (::mkdir(opt_.stage_dir.c_str(), 0700) < 0 && errno != EEXIST) return sys_error("mkdir " + opt_.stage_dir);
 
-    const Plan* plan = nullptr;
-    FB_ASSIGN(plan, plan_for(SandboxKind{}));
+    // Planned here once, so a profile that cannot work fails the start, not every request.
+    FB_TRY_CTX(sandbox_plan(SandboxKind{}, profile_options(opt_, mapped_range_)), "sandbox profile");
+    BuilderConfig config;
+    config.options = opt_;
+    config.layout = layout_;
+    config.use_cgroups = use_cgroups_;
+    config.mapped_range = mapped_range_;
     // The profile is compiled once; every embryo loads the same program.
-    (void)plan;
-    FB_ASSIGN(SeccompProgram program, compile_seccomp(*sandbox_spec({}, {}).linux->seccomp));
-    seccomp_ = std::move(program);
+    FB_ASSIGN(config.seccomp, compile_seccomp(*sandbox_spec({}, {}).linux->seccomp));
+    FB_ASSIGN(builder_, start_builder(config));
+    ::fcntl(builder_.get(), F_SETFL, O_NONBLOCK);
+    watch(builder_.get(), EPOLLIN, Watch::Builder, 0);
     ::fcntl(handoff_, F_SETFL, O_NONBLOCK);
     pools_[SandboxKind{}];  // the default kind is always kept ready
     return {};
@@ -446,23 +437,6 @@ std::string Server::info_json() {
 
 // --- embryos ---
 
-Result<const Plan*> Server::plan_for(const SandboxKind& kind) {
-    if (auto it = plans_.find(kind); it != plans_.end()) return &it->second;
-    if (plans_.size() > 64) plans_.clear();  // kinds with mounts come and go: a bound
-    ProfileOptions o;
-    o.root = opt_.stage_dir + "/root";
-    o.tmp_size_mb = opt_.upper_size_mb;
-    o.host_is_mapped_root = mapped_range_;
-    // The daemon's socket directory, when it is not under a path hidden anyway.
-    std::string dir = opt_.socket_path.substr(0, opt_.socket_path.find_last_of('/'));
-    bool hidden = false;
-    for (const char* h : {"/run/", "/root/", "/home/", "/tmp/", "/proc/", "/sys/", "/dev/"})
-        hidden |= (dir + "/").starts_with(h);
-    if (!hidden && !dir.empty()) o.hidden.push_back(dir);
-    FB_ASSIGN(Plan plan, sandbox_plan(kind, o));
-    return &plans_.emplace(kind, std::move(plan)).first->second;
-}
-
 oci::Resources Server::limits_for(const RunRequest& r) const {
     oci::Resources res;
     if (r.memory_mb) {
@@ -481,122 +455,77 @@ oci::Resources Server::limits_for(const RunRequest& r) const {
 }
 
 Result<uint64_t> Server::start_embryo(const SandboxKind& kind, uint64_t reserved_for) {
-    FB_ASSIGN(const Plan* plan, plan_for(kind));
     auto e = std::make_unique<Embryo>();
     e->id = next_id_++;
     e->kind = kind;
     e->run = reserved_for;
     e->pooled = reserved_for == 0;
-
-    std::vector<unique_fd> task_fds;
-    int cgroup_fd = -1;
     if (use_cgroups_) {
-        std::string path = std::string(kCgroupParent) + "/" + std::to_string(::getpid()) + "-" + std::to_string(e->id);
-        FB_ASSIGN(e->cgroups, create_cgroups(layout_, path));
         RunRequest defaults;
         defaults.memory_mb = opt_.defaults.memory_mb;
         defaults.pids = opt_.defaults.pids;
-        defaults.cpus = opt_.defaults.cpus;
         e->applied = limits_for(defaults);
-        FB_ASSIGN(auto writes, plan_cgroup_writes(e->applied, layout_));
-        FB_TRY_CTX(apply_cgroup_writes(writes, layout_, e->cgroups.dirs()), "sandbox cgroup limits");
-        FB_ASSIGN(task_fds, e->cgroups.open_v1_task_files(layout_));
-        cgroup_fd = e->cgroups.unified_fd();
+        std::string path = embryo_cgroup_path(::getpid(), e->id);
+        for (const auto& h : layout_.hierarchies) e->cgroup_dirs.push_back(h.mountpoint + path);
     }
-    std::vector<unique_fd> bind_trees;
-    if (!kind.mounts.empty()) {
-        FB_ASSIGN(bind_trees, open_bind_sources(*plan));
-    }
-
-    int sv[2];
-    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) return sys_error("socketpair");
-    unique_fd ours(sv[0]), theirs(sv[1]);
-    int pidfd = -1;
-    pid_t pid = sys::clone3_fork(CLONE_NEWUSER | CLONE_NEWPID, cgroup_fd, &pidfd);
-    if (pid < 0) return sys_error("clone the sandbox");
-    if (pid == 0) {
-        EmbryoSetup s;
-        s.plan = plan;
-        s.cgroup_layout = &layout_;
-        s.seccomp = &*seccomp_;
-        s.control_fd = theirs.get();
-        s.stage = opt_.stage_dir;
-        s.upper_size_mb = opt_.upper_size_mb;
-        s.mapped_range = mapped_range_;
-        for (auto& fd : task_fds) s.cgroup_task_fds.push_back(fd.get());
-        for (auto& fd : bind_trees) s.bind_source_trees.push_back(fd.valid() ? fd.get() : -1);
-        std::vector<int> keep = s.cgroup_task_fds;
-        keep.push_back(s.control_fd);
-        for (int fd : s.bind_source_trees) keep.push_back(fd);
-        close_other_fds(keep);
-        embryo_main(s);
-    }
-    e->pid = pid;
-    e->pidfd.reset(pidfd);
-    e->control = std::move(ours);
-    theirs.reset();
-    task_fds.clear();
-    auto setup = finish_embryo_setup(*e, *plan, bind_trees);
+    std::string m = "B" + std::to_string(e->id) + "\n" + encode_kind(kind);
+    if (::send(builder_.get(), m.data(), m.size(), MSG_NOSIGNAL) < 0) return sys_error("ask the sandbox builder");
+    if (e->pooled) ++pools_[kind].building;
     uint64_t id = e->id;
-    embryo_by_pid_[pid] = id;
-    watch(e->control.get(), EPOLLIN, Watch::Control, id);
-    watch(e->pidfd.get(), EPOLLIN, Watch::Pidfd, id);
     embryos_[id] = std::move(e);
-    if (!setup) {
-        ::kill(pid, SIGKILL);
-        return std::unexpected(setup.error());
-    }
-    if (embryos_.at(id)->pooled) ++pools_[kind].building;
     return id;
 }
 
-// Parent side, once the child exists: its id maps, an idmapped lower layer (root), then "M".
-Result<void> Server::finish_embryo_setup(Embryo& e, const Plan& plan, std::vector<unique_fd>& bind_trees) {
-    std::string proc = "/proc/" + std::to_string(e.pid);
-    std::string uid_map, gid_map;
-    if (mapped_range_) {
-        uid_map = gid_map = "0 " + std::to_string(opt_.uid_base) + " 65536\n";
-    } else {
-        uid_map = "0 " + std::to_string(::geteuid()) + " 1\n";
-        gid_map = "0 " + std::to_string(::getegid()) + " 1\n";
-        FB_TRY(write_text(proc + "/setgroups", "deny"));
-    }
-    FB_TRY(write_text(proc + "/uid_map", uid_map));
-    FB_TRY(write_text(proc + "/gid_map", gid_map));
+void Server::remove_cgroups_later(const std::vector<std::string>& dirs) {
+    if (dirs.empty()) return;
+    std::string m = "D";
+    for (const auto& d : dirs) m += d + std::string(1, '\0');
+    ::send(builder_.get(), m.data(), m.size(), MSG_NOSIGNAL);
+}
 
-    // A root daemon's lower layer: a copy of "/" alone (not its submounts), made here where
-    // nothing is locked, idmapped so that the host's root-owned files are the sandbox root's.
-    unique_fd lower;
-    if (mapped_range_) {
-        unique_fd userns(::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
-        lower.reset(static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, "/", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
-        if (!lower) return sys_error("open_tree /");
-        mount_attr attr{};
-        attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-        if (idmapped_lower_ && userns) {
-            attr.attr_set |= MOUNT_ATTR_IDMAP;
-            attr.userns_fd = static_cast<uint64_t>(userns.get());
-            if (::syscall(SYS_mount_setattr, lower.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) {
-                log::warn("sandbox: no idmapped lower layer (" + errno_text("mount_setattr") +
-                          "): the sandbox's root cannot write the host's system files");
-                idmapped_lower_ = false;
-                attr.attr_set &= ~static_cast<uint64_t>(MOUNT_ATTR_IDMAP);
+void Server::on_builder() {
+    for (;;) {
+        std::vector<unique_fd> fds;
+        auto m = receive_with_fds(builder_.get(), fds, "sandbox builder");
+        if (!m) {
+            if (m.error().errnum() == EAGAIN) return;
+            log::error("sandbox: the builder is gone: " + m.error().what());
+            stopping_ = true;
+            return;
+        }
+        if (m->empty()) {
+            log::error("sandbox: the builder exited");
+            stopping_ = true;
+            return;
+        }
+        uint64_t id = std::strtoull(m->c_str() + 1, nullptr, 10);
+        std::string rest = m->substr(std::min(m->size(), m->find(' ') + 1));
+        if ((*m)[0] == 'F') {
+            build_failed(id, rest);
+            continue;
+        }
+        if ((*m)[0] != 'E' || fds.size() != 2) continue;
+        pid_t pid = static_cast<pid_t>(std::strtol(rest.c_str(), nullptr, 10));
+        auto it = embryos_.find(id);
+        if (it == embryos_.end()) {  // given up on while it was made
+            sys::pidfd_send_signal(fds[0].get(), SIGKILL);
+            ::waitpid(pid, nullptr, 0);
+            if (use_cgroups_) {
+                std::vector<std::string> dirs;
+                for (const auto& h : layout_.hierarchies) dirs.push_back(h.mountpoint + embryo_cgroup_path(::getpid(), id));
+                remove_cgroups_later(dirs);
             }
+            continue;
         }
-        if (!idmapped_lower_) ::syscall(SYS_mount_setattr, lower.get(), "", AT_EMPTY_PATH, &attr, sizeof attr);
-        // Writable binds: host root's files are the sandbox root's there too.
-        for (size_t i = 0; i < bind_trees.size() && userns; ++i) {
-            if (!bind_trees[i] || i >= plan.mounts.size()) continue;
-            mount_attr bind_attr{};
-            bind_attr.attr_set = MOUNT_ATTR_IDMAP;
-            bind_attr.userns_fd = static_cast<uint64_t>(userns.get());
-            ::syscall(SYS_mount_setattr, bind_trees[i].get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &bind_attr, sizeof bind_attr);
-        }
+        Embryo& e = *it->second;
+        e.pid = pid;
+        e.pidfd = std::move(fds[0]);
+        e.control = std::move(fds[1]);
+        idmapped_lower_ = rest.find("idmapped") != std::string::npos;
+        embryo_by_pid_[pid] = id;
+        watch(e.control.get(), EPOLLIN, Watch::Control, id);
+        watch(e.pidfd.get(), EPOLLIN, Watch::Pidfd, id);
     }
-    std::vector<int> fds;
-    if (lower) fds.push_back(lower.get());
-    FB_TRY(send_with_fds(e.control.get(), "M", fds, "sandbox embryo"));
-    return {};
 }
 
 void Server::on_control(uint64_t embryo_id) {
@@ -659,7 +588,7 @@ void Server::discard_embryo(uint64_t embryo_id) {
     auto it = embryos_.find(embryo_id);
     if (it == embryos_.end()) return;
     Embryo& e = *it->second;
-    if (!e.reaped) {
+    if (!e.reaped && e.pidfd) {
         sys::pidfd_send_signal(e.pidfd.get(), SIGKILL);
         ::waitpid(e.pid, nullptr, 0);  // pid 1 of its namespace: gone once its namespace is
         e.reaped = true;
@@ -667,10 +596,8 @@ void Server::discard_embryo(uint64_t embryo_id) {
     unwatch(e.control.get());
     unwatch(e.pidfd.get());
     embryo_by_pid_.erase(e.pid);
-    if (use_cgroups_) {
-        std::vector<std::string> dirs = e.cgroups.created();
-        (void)remove_cgroups(dirs);
-    }
+    // Not made yet (no pid): the builder's answer finds no embryo and undoes it.
+    if (e.pidfd) remove_cgroups_later(e.cgroup_dirs);
     embryos_.erase(it);
 }
 
@@ -703,8 +630,15 @@ void Server::on_embryo_exit(uint64_t embryo_id) {
     int status = 0;
     if (::waitpid(e.pid, &status, WNOHANG) <= 0) return;
     e.reaped = true;
-    std::string why = e.failure.empty() ? "the sandbox's first process exited (status " + std::to_string(status) + ")"
-                                        : e.failure;
+    build_failed(embryo_id, e.failure.empty() ? "the sandbox's first process exited (status " + std::to_string(status) + ")"
+                                              : e.failure);
+}
+
+void Server::build_failed(uint64_t embryo_id, const std::string& why) {
+    auto it = embryos_.find(embryo_id);
+    if (it == embryos_.end()) return;
+    Embryo& e = *it->second;
+    if (!e.pidfd) remove_cgroups_later(e.cgroup_dirs);  // the builder may have made them
     if (e.state == Embryo::State::Building) {
         ++failed_builds_;
         if (e.pooled) {
@@ -811,7 +745,7 @@ void Server::release(Run& r, Embryo& e) {
                 want.cpu->period = 100000;
             }
             auto writes = plan_cgroup_writes(want, layout_);
-            auto applied = writes ? apply_cgroup_writes(*writes, layout_, e.cgroups.dirs())
+            auto applied = writes ? apply_cgroup_writes(*writes, layout_, e.cgroup_dirs)
                                   : Result<void>(std::unexpected(writes.error()));
             if (!applied) {
                 fail_run(r, ErrorKind::SandboxError, "sandbox limits: " + applied.error().what());
@@ -1011,7 +945,7 @@ void Server::collect_usage(Run& r, Embryo& e, RunOutcome& o) {
     }
     o.limits.memory = o.limits.pids = "cgroup";
     o.limits.cpu = r.request.cpus > 0 ? "cgroup" : "none";
-    const auto& dirs = e.cgroups.dirs();
+    const auto& dirs = e.cgroup_dirs;
     auto number = [](const std::string& path) -> std::optional<uint64_t> {
         auto text = read_file(path);
         if (!text) return std::nullopt;
@@ -1054,14 +988,15 @@ void Server::maybe_finish(Run& r) {
     o.stderr_dropped = r.capture[1]->dropped();
     o.exec_error = r.exec_error;
     if (auto it = embryos_.find(r.embryo); it != embryos_.end()) collect_usage(r, *it->second, o);
-    discard_embryo(r.embryo);
-    r.embryo = 0;
     r.replied = true;
     if (!r.client_gone) {
         for (int s = 0; s < 2; ++s)
             for (auto& f : frames(s == 0 ? kStdoutData : kStderrData, r.capture[s]->tail())) send_frame(r, std::move(f));
         send_frame(r, format_result(o));
     }
+    // The reply first: removing v1 cgroups takes the kernel a while.
+    discard_embryo(r.embryo);
+    r.embryo = 0;
     if (r.outbox.empty() || r.client_gone) drop_run(r.id);
 }
 
@@ -1113,6 +1048,7 @@ void Server::dispatch(const epoll_event& ev) {
             return;  // SIGCHLD: the pidfds say who
         }
         case Watch::Handoff: accept_handoff(); return;
+        case Watch::Builder: on_builder(); return;
         case Watch::NewConn: read_first_message(id); return;
         case Watch::Control: on_control(id); return;
         case Watch::Pidfd: on_embryo_exit(id); return;

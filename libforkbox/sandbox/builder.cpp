@@ -1,0 +1,295 @@
+#include "libforkbox/sandbox/builder.hpp"
+
+#include <fcntl.h>
+#include <linux/mount.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "libforkbox/base/log.hpp"
+#include "libforkbox/base/syscalls.hpp"
+#include "libforkbox/base/unix_socket.hpp"
+#include "libforkbox/cgroup/resources.hpp"
+#include "libforkbox/mount/rootfs.hpp"
+#include "libforkbox/sandbox/embryo.hpp"
+
+#ifndef MOUNT_ATTR_IDMAP
+#define MOUNT_ATTR_IDMAP 0x00100000
+#endif
+
+namespace forkbox::sandbox {
+
+namespace {
+
+constexpr const char* kCgroupParent = "/forkbox-sandbox";
+
+Result<void> write_text(const std::string& path, std::string_view data) {
+    unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd) return sys_error("open " + path);
+    if (::write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size())) return sys_error("write " + path);
+    return {};
+}
+
+// In a new embryo: every fd but `keep` (and stdio) is closed, so a sandbox holds nothing
+// of another's while it waits.
+void close_other_fds(std::vector<int> keep) {
+    keep.insert(keep.end(), {0, 1, 2});
+    std::sort(keep.begin(), keep.end());
+    unsigned next = 0;
+    for (int fd : keep) {
+        if (fd < 0) continue;
+        if (static_cast<unsigned>(fd) > next) sys::close_range(next, static_cast<unsigned>(fd) - 1, 0);
+        next = std::max(next, static_cast<unsigned>(fd) + 1);
+    }
+    sys::close_range(next, ~0U, 0);
+}
+
+class Builder {
+public:
+    Builder(const BuilderConfig& c, int sock) : c_(c), sock_(sock) {}
+    [[noreturn]] void serve();
+
+private:
+    struct Built {
+        pid_t pid = -1;
+        unique_fd pidfd, control;
+        std::string lower;
+    };
+    Result<const Plan*> plan_for(const SandboxKind& kind);
+    Result<Built> build(uint64_t id, const SandboxKind& kind);
+    Result<void> parent_side(pid_t pid, const Plan& plan, std::vector<unique_fd>& bind_trees, int control, std::string& lower);
+
+    const BuilderConfig& c_;
+    int sock_;
+    std::map<SandboxKind, Plan> plans_;
+    bool idmapped_lower_ = true;  // until it fails once
+};
+
+Result<const Plan*> Builder::plan_for(const SandboxKind& kind) {
+    if (auto it = plans_.find(kind); it != plans_.end()) return &it->second;
+    if (plans_.size() > 64) plans_.clear();  // kinds with binds come and go: a bound
+    FB_ASSIGN(Plan plan, sandbox_plan(kind, profile_options(c_.options, c_.mapped_range)));
+    return &plans_.emplace(kind, std::move(plan)).first->second;
+}
+
+oci::Resources default_limits(const Defaults& d) {
+    oci::Resources res;
+    res.memory.emplace();
+    res.memory->limit = static_cast<int64_t>(d.memory_mb << 20);
+    res.pids_limit = static_cast<int64_t>(d.pids);
+    return res;
+}
+
+Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind) {
+    FB_ASSIGN(const Plan* plan, plan_for(kind));
+    std::vector<unique_fd> task_fds;
+    int cgroup_fd = -1;
+    CgroupPlacement cgroups;
+    if (c_.use_cgroups) {
+        FB_ASSIGN(cgroups, create_cgroups(c_.layout, embryo_cgroup_path(::getppid(), id)));
+        FB_ASSIGN(auto writes, plan_cgroup_writes(default_limits(c_.options.defaults), c_.layout));
+        FB_TRY_CTX(apply_cgroup_writes(writes, c_.layout, cgroups.dirs()), "sandbox cgroup limits");
+        FB_ASSIGN(task_fds, cgroups.open_v1_task_files(c_.layout));
+        cgroup_fd = cgroups.unified_fd();
+    }
+    std::vector<unique_fd> bind_trees;
+    if (!kind.mounts.empty()) {
+        FB_ASSIGN(bind_trees, open_bind_sources(*plan));
+    }
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) return sys_error("socketpair");
+    unique_fd ours(sv[0]), theirs(sv[1]);
+    int pidfd = -1;
+    // CLONE_PARENT: the service's child, not ours.
+    pid_t pid = sys::clone3_fork(CLONE_PARENT | CLONE_NEWUSER | CLONE_NEWPID, cgroup_fd, &pidfd);
+    if (pid < 0) return sys_error("clone the sandbox");
+    if (pid == 0) {
+        EmbryoSetup s;
+        s.plan = plan;
+        s.cgroup_layout = &c_.layout;
+        s.seccomp = &c_.seccomp;
+        s.control_fd = theirs.get();
+        s.stage = c_.options.stage_dir;
+        s.upper_size_mb = c_.options.upper_size_mb;
+        s.mapped_range = c_.mapped_range;
+        for (auto& fd : task_fds) s.cgroup_task_fds.push_back(fd.get());
+        for (auto& fd : bind_trees) s.bind_source_trees.push_back(fd.valid() ? fd.get() : -1);
+        std::vector<int> keep = s.cgroup_task_fds;
+        keep.push_back(s.control_fd);
+        for (int fd : s.bind_source_trees) keep.push_back(fd);
+        close_other_fds(keep);
+        embryo_main(s);
+    }
+    cgroups.commit();  // the service removes them ("D") once the sandbox is gone
+    Built b;
+    b.pid = pid;
+    b.pidfd.reset(pidfd);
+    theirs.reset();
+    task_fds.clear();
+    if (auto r = parent_side(pid, *plan, bind_trees, ours.get(), b.lower); !r) {
+        sys::pidfd_send_signal(pidfd, SIGKILL);
+        return std::unexpected(r.error());
+    }
+    b.control = std::move(ours);
+    return b;
+}
+
+// Once the child exists: its id maps, an idmapped lower layer (root), then "M".
+Result<void> Builder::parent_side(pid_t pid, const Plan& plan, std::vector<unique_fd>& bind_trees, int control,
+                                  std::string& lower_kind) {
+    std::string proc = "/proc/" + std::to_string(pid);
+    if (c_.mapped_range) {
+        std::string map = "0 " + std::to_string(c_.options.uid_base) + " 65536\n";
+        FB_TRY(write_text(proc + "/uid_map", map));
+        FB_TRY(write_text(proc + "/gid_map", map));
+    } else {
+        FB_TRY(write_text(proc + "/setgroups", "deny"));
+        FB_TRY(write_text(proc + "/uid_map", "0 " + std::to_string(::geteuid()) + " 1\n"));
+        FB_TRY(write_text(proc + "/gid_map", "0 " + std::to_string(::getegid()) + " 1\n"));
+    }
+    // A root daemon's lower layer: a copy of "/" alone (not its submounts), made here where
+    // nothing is locked, idmapped so that the host's root-owned files are the sandbox root's.
+    // A user's embryo builds its root itself (embryo.cpp).
+    unique_fd lower;
+    lower_kind = "none";
+    if (c_.mapped_range) {
+        unique_fd userns(::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
+        lower.reset(static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, "/", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
+        if (!lower) return sys_error("open_tree /");
+        mount_attr attr{};
+        attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+        if (idmapped_lower_ && userns) {
+            attr.attr_set |= MOUNT_ATTR_IDMAP;
+            attr.userns_fd = static_cast<uint64_t>(userns.get());
+            if (::syscall(SYS_mount_setattr, lower.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) {
+                log::warn("sandbox: no idmapped lower layer (mount_setattr: " + std::string(std::strerror(errno)) +
+                          "): the sandbox's root cannot write the host's system files");
+                idmapped_lower_ = false;
+                attr.attr_set &= ~static_cast<uint64_t>(MOUNT_ATTR_IDMAP);
+            }
+        }
+        if (!idmapped_lower_) ::syscall(SYS_mount_setattr, lower.get(), "", AT_EMPTY_PATH, &attr, sizeof attr);
+        lower_kind = idmapped_lower_ ? "idmapped" : "plain";
+        // Binds too: host root's files are the sandbox root's there.
+        for (size_t i = 0; i < bind_trees.size() && i < plan.mounts.size() && userns && idmapped_lower_; ++i) {
+            if (!bind_trees[i]) continue;
+            mount_attr bind_attr{};
+            bind_attr.attr_set = MOUNT_ATTR_IDMAP;
+            bind_attr.userns_fd = static_cast<uint64_t>(userns.get());
+            ::syscall(SYS_mount_setattr, bind_trees[i].get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &bind_attr, sizeof bind_attr);
+        }
+    }
+    std::vector<int> fds;
+    if (lower) fds.push_back(lower.get());
+    return send_with_fds(control, "M", fds, "sandbox embryo");
+}
+
+void Builder::serve() {
+    std::string buf(kReleaseBufferBytes, '\0');
+    for (;;) {
+        ssize_t n = ::recv(sock_, buf.data(), buf.size(), 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) ::_exit(0);  // the service is gone
+        std::string_view m(buf.data(), static_cast<size_t>(n));
+        if (m.front() == 'D') {
+            std::vector<std::string> dirs;
+            m.remove_prefix(1);
+            while (!m.empty()) {
+                size_t end = m.find('\0');
+                dirs.emplace_back(m.substr(0, end));
+                m.remove_prefix(end == std::string_view::npos ? m.size() : end + 1);
+            }
+            (void)remove_cgroups(dirs);
+            continue;
+        }
+        if (m.front() != 'B') continue;
+        size_t nl = m.find('\n');
+        uint64_t id = std::strtoull(std::string(m.substr(1, nl - 1)).c_str(), nullptr, 10);
+        auto kind = nl == std::string_view::npos ? Result<SandboxKind>(std::unexpected(Error(EPROTO, "no kind")))
+                                                 : decode_kind(m.substr(nl + 1));
+        auto built = kind ? build(id, *kind) : Result<Built>(std::unexpected(kind.error()));
+        if (!built) {
+            std::string reply = "F" + std::to_string(id) + " " + built.error().what();
+            ::send(sock_, reply.data(), reply.size(), MSG_NOSIGNAL);
+            continue;
+        }
+        std::string reply = "E" + std::to_string(id) + " " + std::to_string(built->pid) + " " + built->lower;
+        int fds[2] = {built->pidfd.get(), built->control.get()};
+        if (!send_with_fds(sock_, reply, fds, "sandbox builder")) ::_exit(0);
+    }
+}
+
+}  // namespace
+
+std::string embryo_cgroup_path(pid_t service_pid, uint64_t id) {
+    return std::string(kCgroupParent) + "/" + std::to_string(service_pid) + "-" + std::to_string(id);
+}
+
+std::string encode_kind(const SandboxKind& kind) {
+    std::string out(1, kind.network ? '1' : '0');
+    for (const auto& m : kind.mounts) {
+        for (std::string_view s : {std::string_view(m.source), std::string_view(m.destination),
+                                   std::string_view(m.writable ? "rw" : "ro")}) {
+            out.append(s);
+            out.push_back('\0');
+        }
+    }
+    return out;
+}
+
+Result<SandboxKind> decode_kind(std::string_view data) {
+    if (data.empty() || (data[0] != '0' && data[0] != '1')) return fail(EPROTO, "sandbox kind: bad network flag");
+    SandboxKind k;
+    k.network = data[0] == '1';
+    data.remove_prefix(1);
+    std::vector<std::string> fields;
+    while (!data.empty()) {
+        size_t end = data.find('\0');
+        if (end == std::string_view::npos) return fail(EPROTO, "sandbox kind: truncated");
+        fields.emplace_back(data.substr(0, end));
+        data.remove_prefix(end + 1);
+    }
+    if (fields.size() % 3 != 0) return fail(EPROTO, "sandbox kind: mounts come in threes");
+    for (size_t i = 0; i < fields.size(); i += 3)
+        k.mounts.push_back(BindRequest{fields[i], fields[i + 1], fields[i + 2] == "rw"});
+    return k;
+}
+
+ProfileOptions profile_options(const ServerOptions& opt, bool mapped_range) {
+    ProfileOptions o;
+    o.root = opt.stage_dir + "/root";
+    o.tmp_size_mb = opt.upper_size_mb;
+    o.host_is_mapped_root = mapped_range;
+    // The daemon's socket directory, when it is not under a path hidden anyway.
+    std::string dir = opt.socket_path.substr(0, opt.socket_path.find_last_of('/'));
+    bool hidden = false;
+    for (const char* h : {"/run/", "/root/", "/home/", "/tmp/", "/proc/", "/sys/", "/dev/"})
+        hidden |= (dir + "/").starts_with(h);
+    if (!hidden && !dir.empty()) o.hidden.push_back(dir);
+    return o;
+}
+
+Result<unique_fd> start_builder(const BuilderConfig& config) {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) return sys_error("socketpair");
+    unique_fd ours(sv[0]), theirs(sv[1]);
+    pid_t pid = ::fork();
+    if (pid < 0) return sys_error("fork the sandbox builder");
+    if (pid == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close_other_fds({theirs.get()});
+        Builder b(config, theirs.get());
+        b.serve();
+    }
+    return ours;
+}
+
+}  // namespace forkbox::sandbox

@@ -1,0 +1,50 @@
+// The sandbox service's builder: a process of its own that makes embryos (embryo.hpp), so
+// the service's event loop never waits on a clone, id maps, an idmapped mount or a cgroup
+// mkdir/rmdir while a command runs. It clones with CLONE_PARENT: every embryo is the
+// service's child, which reaps it and watches its pidfd.
+//
+// Protocol (SOCK_SEQPACKET, service <-> builder, one message each way per embryo):
+//   service: "B<id>\n" + encode_kind()            make an embryo of this kind
+//   builder: "E<id> <pid> <lower>" + fds pidfd, control socket    (lower: idmapped, plain, none)
+//            "F<id> <message>"                     it could not
+//   service: "D" + cgroup dirs, NUL-separated     remove these (no reply)
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <string_view>
+
+#include "libforkbox/base/error.hpp"
+#include "libforkbox/base/fd.hpp"
+#include "libforkbox/cgroup/cgroups.hpp"
+#include "libforkbox/sandbox/profile.hpp"
+#include "libforkbox/sandbox/server.hpp"
+#include "libforkbox/seccomp/seccomp.hpp"
+
+namespace forkbox::sandbox {
+
+struct BuilderConfig {
+    ServerOptions options;
+    CgroupLayout layout;  // the hierarchies sandboxes get cgroups in
+    bool use_cgroups = false;
+    bool mapped_range = false;  // a root daemon
+    SeccompProgram seccomp;
+};
+
+// The cgroup (relative to each hierarchy's root) of embryo `id` of the service `service_pid`.
+std::string embryo_cgroup_path(pid_t service_pid, uint64_t id);
+
+// A kind on the wire (pure; unit-tested).
+std::string encode_kind(const SandboxKind& kind);
+Result<SandboxKind> decode_kind(std::string_view data);
+
+// Profile options of the service's sandboxes (the Plan's root, hidden paths, sizes).
+ProfileOptions profile_options(const ServerOptions& options, bool mapped_range);
+
+// Forks the builder (a child of the calling service); returns the service's end of its socket.
+// `keep_open`: the service's fds the builder must not close (none: it closes every other).// Forks the builder (a child of the calling service, which closes every other fd); returns
+// the service's end of its socket.
+Result<unique_fd> start_builder(const BuilderConfig& config);
+
+}  // namespace forkbox::sandbox
