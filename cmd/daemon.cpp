@@ -6,6 +6,7 @@
 #include "cmd/common.hpp"
 #include "libforkbox/container/state.hpp"
 #include "libforkbox/plan/plan.hpp"
+#include "libforkbox/process/rootless.hpp"
 #include "libforkbox/seccomp/cache.hpp"
 #include "libforkbox/zygote/daemon.hpp"
 #include "libforkbox/zygote/zygote.hpp"
@@ -100,7 +101,11 @@ int cmd_daemon(const Globals& g, const std::vector<std::string>& args) {
     if (max_timeout_ms) o.sandbox.defaults.max_timeout_ms = max_timeout_ms;
     o.sandboxes = !no_sandboxes;
     o.sandbox.socket_path = o.socket_path;
-    o.sandbox.stage_dir = o.socket_path + ".stage";
+    // The sandboxes' mount point (always empty on the host: each embryo mounts on it in its
+    // own mount namespace). A root daemon's sandboxes are an unprivileged uid on the host, so
+    // it must be reachable by anyone: not beside a socket in a 0700 directory.
+    bool real_root = ::geteuid() == 0 && !rootless_mode().in_user_namespace;
+    o.sandbox.stage_dir = real_root ? "/run/forkbox-sandbox" : o.socket_path + ".stage";
     for (const auto& b : warm) {
         auto key = bundle_key(b, StateStore(root));
         if (!key) return report(key.error());

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "libforkbox/base/json.hpp"
+#include "libforkbox/sandbox/builder.hpp"
 #include "libforkbox/sandbox/embryo.hpp"
 #include "libforkbox/sandbox/profile.hpp"
 #include "libforkbox/sandbox/request.hpp"
@@ -275,4 +276,28 @@ TEST(SandboxProfile, TheSeccompProfileIsDockersForDockersCapabilities) {
     // A user's sandbox maps one id, a root daemon's 65536.
     EXPECT_EQ(spec.linux->uid_mappings[0].size, 1u);
     EXPECT_EQ(sandbox_spec(SandboxKind{}, ProfileOptions{"/r", {}, 64, true}).linux->uid_mappings[0].size, 65536u);
+}
+
+TEST(SandboxKindWire, RoundTrips) {
+    SandboxKind k;
+    k.network = true;
+    k.mounts = {BindRequest{"/a b", "/w", true}, BindRequest{"/c", "/d", false}};
+    auto back = decode_kind(encode_kind(k));
+    ASSERT_TRUE(back) << back.error().what();
+    EXPECT_EQ(*back, k);
+    auto plain = decode_kind(encode_kind(SandboxKind{}));
+    ASSERT_TRUE(plain);
+    EXPECT_EQ(*plain, SandboxKind{});
+    EXPECT_FALSE(decode_kind(""));
+    EXPECT_FALSE(decode_kind(std::string("1/a\0/b\0", 7)));
+}
+
+TEST(SandboxProfileOptions, HideTheSocketsDirectoryUnlessHiddenAnyway) {
+    ServerOptions o;
+    o.stage_dir = "/run/forkbox-sandbox";
+    o.socket_path = "/srv/fb/forkbox.sock";
+    EXPECT_EQ(profile_options(o, true).hidden, std::vector<std::string>{"/srv/fb"});
+    o.socket_path = "/run/user/1000/forkbox/forkbox.sock";
+    EXPECT_TRUE(profile_options(o, false).hidden.empty());
+    EXPECT_EQ(profile_options(o, false).root, "/run/forkbox-sandbox/root");
 }

@@ -252,7 +252,8 @@ Result<void> Server::setup() {
                              "+memory +pids +cpu");
         }
     }
-    if (::mkdir(opt_.stage_dir.c_str(), 0700) < 0 && errno != EEXIST) return sys_error("mkdir " + opt_.stage_dir);
+    // Searchable: a root daemon's sandbox is an unprivileged uid on the host when it mounts here.
+    if (::mkdir(opt_.stage_dir.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("mkdir " + opt_.stage_dir);
 
     // Planned here once, so a profile that cannot work fails the start, not every request.
     FB_TRY_CTX(sandbox_plan(SandboxKind{}, profile_options(opt_, mapped_range_)), "sandbox profile");

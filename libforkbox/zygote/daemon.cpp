@@ -729,6 +729,10 @@ void Daemon::serve(int conn) {
     auto req = decode_request(std::string_view(buf, static_cast<size_t>(n)));
     if (!req) {
         log::warn(std::string("zygote: bad request: ") + req.error().what());
+        // In the sandbox protocol's words, which is what a stray client most likely speaks.
+        std::string m = sandbox::format_error(sandbox::ErrorKind::InvalidRequest,
+                                              "unknown request: a sandbox request starts with \"sandbox/1 <verb>\\n\"");
+        ::send(conn, m.data(), m.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
         return;
     }
     if (req->op == Request::Op::Stats) {

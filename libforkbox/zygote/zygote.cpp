@@ -64,6 +64,10 @@ Result<int> parse_int(std::string_view s) {
 
 std::string default_socket_path() {
     if (const char* s = std::getenv("FORKBOX_SOCKET"); s && *s) return s;
+    // A user without $XDG_RUNTIME_DIR (a cron job, su): the directory a login gives them,
+    // where the SDK looks too, not root's /run/forkbox.
+    const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+    if (::geteuid() != 0 && !(xdg && *xdg)) return "/run/user/" + std::to_string(::geteuid()) + "/forkbox/forkbox.sock";
     // Beside the default state: a user's daemon serves that user, under $XDG_RUNTIME_DIR.
     return default_state_root() + "/forkbox.sock";
 }
