@@ -7,7 +7,8 @@
 //   service: "B<id>\n" + encode_kind()            make an embryo of this kind
 //   builder: "E<id> <pid> <lower>" + fds pidfd, control socket    (lower: idmapped, plain, none)
 //            "F<id> <message>"                     it could not
-//   service: "D" + cgroup dirs, NUL-separated     remove these (no reply)
+//   service: "D" + cgroup dirs, NUL-separated [+ fd]  remove these, drop the mount namespace
+//                                                     of the sandbox they were (no reply)
 #pragma once
 
 #include <sys/types.h>

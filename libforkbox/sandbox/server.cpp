@@ -108,6 +108,10 @@ struct Embryo {
     uint64_t run = 0;  // reserved for or running this run
     bool pooled = false;  // made for its kind's pool (counted in Pool::building while made)
     std::string failure;  // "F" message
+    // Its mount namespace, held from ready on: the sandbox's last process then exits without
+    // unmounting its ~20 mounts (an RCU grace period and superblock teardowns before its
+    // parent hears of the exit); the builder drops it afterwards, off the request path.
+    unique_fd mount_ns;
     bool reaped = false;
 };
 
@@ -140,7 +144,7 @@ private:
     Result<uint64_t> start_embryo(const SandboxKind& kind, uint64_t reserved_for);
     void on_builder();
     void build_failed(uint64_t embryo_id, const std::string& why);
-    void remove_cgroups_later(const std::vector<std::string>& dirs);
+    void remove_later(const std::vector<std::string>& dirs, unique_fd mount_ns = {});
     void on_control(uint64_t embryo_id);
     void on_embryo_exit(uint64_t embryo_id);
     void embryo_ready(Embryo& e);
@@ -477,11 +481,13 @@ Result<uint64_t> Server::start_embryo(const SandboxKind& kind, uint64_t reserved
     return id;
 }
 
-void Server::remove_cgroups_later(const std::vector<std::string>& dirs) {
-    if (dirs.empty()) return;
+void Server::remove_later(const std::vector<std::string>& dirs, unique_fd mount_ns) {
+    if (dirs.empty() && !mount_ns) return;
     std::string m = "D";
     for (const auto& d : dirs) m += d + std::string(1, '\0');
-    ::send(builder_.get(), m.data(), m.size(), MSG_NOSIGNAL);
+    std::vector<int> fds;
+    if (mount_ns) fds.push_back(mount_ns.get());
+    (void)send_with_fds(builder_.get(), m, fds, "sandbox builder");
 }
 
 void Server::on_builder() {
@@ -514,7 +520,7 @@ void Server::on_builder() {
             if (use_cgroups_) {
                 std::vector<std::string> dirs;
                 for (const auto& h : layout_.hierarchies) dirs.push_back(h.mountpoint + embryo_cgroup_path(::getpid(), id));
-                remove_cgroups_later(dirs);
+                remove_later(dirs);
             }
             continue;
         }
@@ -557,6 +563,7 @@ void Server::on_control(uint64_t embryo_id) {
 
 void Server::embryo_ready(Embryo& e) {
     e.state = Embryo::State::Ready;
+    e.mount_ns.reset(::open(("/proc/" + std::to_string(e.pid) + "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
     if (e.pooled) {
         Pool& pool = pools_[e.kind];
         --pool.building;
@@ -598,7 +605,7 @@ void Server::discard_embryo(uint64_t embryo_id) {
     unwatch(e.pidfd.get());
     embryo_by_pid_.erase(e.pid);
     // Not made yet (no pid): the builder's answer finds no embryo and undoes it.
-    if (e.pidfd) remove_cgroups_later(e.cgroup_dirs);
+    if (e.pidfd) remove_later(e.cgroup_dirs, std::move(e.mount_ns));
     embryos_.erase(it);
 }
 
@@ -639,7 +646,7 @@ void Server::build_failed(uint64_t embryo_id, const std::string& why) {
     auto it = embryos_.find(embryo_id);
     if (it == embryos_.end()) return;
     Embryo& e = *it->second;
-    if (!e.pidfd) remove_cgroups_later(e.cgroup_dirs);  // the builder may have made them
+    if (!e.pidfd) remove_later(e.cgroup_dirs);  // the builder may have made them
     if (e.state == Embryo::State::Building) {
         ++failed_builds_;
         if (e.pooled) {
