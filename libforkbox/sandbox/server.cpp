@@ -112,6 +112,7 @@ struct Embryo {
     // unmounting its ~20 mounts (an RCU grace period and superblock teardowns before its
     // parent hears of the exit); the builder drops it afterwards, off the request path.
     unique_fd mount_ns;
+    double setup_cpu_ms = 0;  // its own CPU time when ready: not the command's
     bool reaped = false;
 };
 
@@ -564,6 +565,9 @@ void Server::on_control(uint64_t embryo_id) {
 void Server::embryo_ready(Embryo& e) {
     e.state = Embryo::State::Ready;
     e.mount_ns.reset(::open(("/proc/" + std::to_string(e.pid) + "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
+    // schedstat's first field: nanoseconds on a CPU so far.
+    if (auto text = read_file("/proc/" + std::to_string(e.pid) + "/schedstat"))
+        e.setup_cpu_ms = static_cast<double>(std::strtoull(text->c_str(), nullptr, 10)) / 1e6;
     if (e.pooled) {
         Pool& pool = pools_[e.kind];
         --pool.building;
@@ -943,8 +947,9 @@ void Server::kill_sandbox(Run& r) {
 
 void Server::collect_usage(Run& r, Embryo& e, RunOutcome& o) {
     if (!use_cgroups_) {
-        o.cpu_ms = (r.usage.ru_utime.tv_sec + r.usage.ru_stime.tv_sec) * 1000.0 +
-                   (r.usage.ru_utime.tv_usec + r.usage.ru_stime.tv_usec) / 1000.0;
+        double total = (r.usage.ru_utime.tv_sec + r.usage.ru_stime.tv_sec) * 1000.0 +
+                       (r.usage.ru_utime.tv_usec + r.usage.ru_stime.tv_usec) / 1000.0;
+        o.cpu_ms = std::max(0.0, total - e.setup_cpu_ms);
         o.peak_memory_bytes = static_cast<uint64_t>(r.usage.ru_maxrss) * 1024;
         o.limits.memory = "rlimit";
         o.limits.pids = "rlimit";
@@ -962,10 +967,10 @@ void Server::collect_usage(Run& r, Embryo& e, RunOutcome& o) {
         return *v;
     };
     if (auto d = controller_dir(layout_, dirs, "cpuacct")) {
-        if (auto ns = number(d->dir + "/cpuacct.usage")) o.cpu_ms = static_cast<double>(*ns) / 1e6;
+        if (auto ns = number(d->dir + "/cpuacct.usage")) o.cpu_ms = std::max(0.0, static_cast<double>(*ns) / 1e6 - e.setup_cpu_ms);
     } else if (auto d2 = controller_dir(layout_, dirs, "cpu"); d2 && d2->unified) {
         if (auto text = read_file(d2->dir + "/cpu.stat"))
-            o.cpu_ms = static_cast<double>(cgroup_keyed_value(*text, "usage_usec")) / 1e3;
+            o.cpu_ms = std::max(0.0, static_cast<double>(cgroup_keyed_value(*text, "usage_usec")) / 1e3 - e.setup_cpu_ms);
     }
     if (auto d = controller_dir(layout_, dirs, "memory")) {
         if (d->unified) {
@@ -1084,9 +1089,15 @@ void Server::shutdown() {
         r->replied = true;
     }
     std::vector<uint64_t> ids;
-    for (auto& [id, e] : embryos_) ids.push_back(id);
+    std::vector<std::string> dirs;
+    for (auto& [id, e] : embryos_) {
+        ids.push_back(id);
+        if (e->pidfd) dirs.insert(dirs.end(), e->cgroup_dirs.begin(), e->cgroup_dirs.end());
+    }
     for (uint64_t id : ids) discard_embryo(id);
     runs_.clear();
+    // Here, not by the builder: it dies with this process.
+    (void)remove_cgroups(dirs);
 }
 
 int Server::run() {
