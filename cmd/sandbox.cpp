@@ -112,8 +112,12 @@ int cmd_sandbox(const Globals&, const std::vector<std::string>& args) {
     int code = 1;
     if (auto c = root.get("exit_code")) code = static_cast<int>(c->as_int64().value_or(1));
     if (auto e = root.get("exec_error")) report("sandbox: " + e->as_string().value_or("exec failed"));
-    if (auto t = root.get("timed_out"); t && t->as_bool().value_or(false))
-        std::cerr << "forkbox: sandbox: killed at the deadline (" << timeout_ms << " ms)\n";
+    if (auto t = root.get("timed_out"); t && t->as_bool().value_or(false)) {
+        // The daemon's --max-timeout-ms may have set a shorter deadline than ours.
+        double ms = 0;
+        if (auto d = root.get("duration_ms")) ms = d->as_double().value_or(0);
+        std::cerr << "forkbox: sandbox: killed at the deadline, after " << static_cast<long long>(ms) << " ms\n";
+    }
     for (const char* s : {"stdout_dropped", "stderr_dropped"})
         if (auto d = root.get(s); d && d->as_uint64().value_or(0) > 0)
             std::cerr << "forkbox: sandbox: " << s << " " << d->as_uint64().value_or(0) << " bytes\n";

@@ -39,9 +39,16 @@ Result<std::string> call_sandbox(const std::string& socket_path, std::string_vie
         FB_TRY(send_message(fd.get(), std::string_view(&kStdinEnd, 1)));
     }
     std::string buf(kMaxFrameData + 1, '\0');
+    bool reset_seen = false;
     for (;;) {
         ssize_t n = ::recv(fd.get(), buf.data(), buf.size(), MSG_TRUNC);
         if (n < 0 && errno == EINTR) continue;
+        // A daemon that closed with our messages unread resets the connection, and the
+        // reply it queued first is still there for the next recv.
+        if (n < 0 && errno == ECONNRESET && !reset_seen) {
+            reset_seen = true;
+            continue;
+        }
         if (n < 0) return sys_error("receive from the sandbox daemon");
         if (n == 0) return fail(EPIPE, "the sandbox daemon closed the connection without a result");
         if (static_cast<size_t>(n) > buf.size()) return fail(EPROTO, "the sandbox daemon sent an oversized message");

@@ -349,7 +349,16 @@ void Server::accept_handoff() {
     }
 }
 
+// Reads what the client sent and nobody will: closing a unix socket with unread messages
+// resets the connection, and the peer's next recv then fails before our last message.
+void drain(int conn) {
+    char buf[512];
+    for (int i = 0; i < 1024 && ::recv(conn, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC) > 0; ++i) {
+    }
+}
+
 void Server::reply_and_close(unique_fd conn, const std::string& message) {
+    drain(conn.get());
     // A final message: a client that does not read it loses it, never the daemon its time.
     ::send(conn.get(), message.data(), message.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
@@ -1016,6 +1025,7 @@ void Server::maybe_finish(Run& r) {
 void Server::fail_run(Run& r, ErrorKind kind, const std::string& message) {
     if (!r.client_gone && !r.replied) {
         r.outbox.clear();
+        drain(r.conn.get());
         std::string m = format_error(kind, message);
         ::send(r.conn.get(), m.data(), m.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     }

@@ -512,6 +512,10 @@ void Daemon::hand_to_sandbox_server(unique_fd conn) {
     int fd = conn.get();
     if (sandbox_handoff_ && send_with_fds(sandbox_handoff_.get(), "c", std::span<const int>(&fd, 1), "sandbox handoff"))
         return;
+    // Read what it sent, or closing resets the connection before the client reads our reply.
+    char buf[512];
+    for (int i = 0; i < 1024 && ::recv(fd, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC) > 0; ++i) {
+    }
     std::string m = sandbox::format_error(sandbox::ErrorKind::SandboxError,
                                           opt_.sandboxes ? "the daemon's sandbox service is not running (see its log)"
                                                          : "this daemon serves no sandboxes (started with --no-sandboxes)");
