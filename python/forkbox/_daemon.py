@@ -217,12 +217,8 @@ def start_daemon(path: str, wait_s: float = AUTOSTART_WAIT_S, environ: Optional[
             "autostart looked at $FORKBOX_BIN, forkbox in PATH and /usr/local/bin/forkbox",
         )
     directory = os.path.dirname(path) or "."
-    # A user's directory is private; root's must be searchable: the daemon keeps each
-    # sandbox's stage beside the socket, and mounts it from inside the sandbox's user
-    # namespace, whose root is not the host's (as /run/forkbox, 0711).
-    mode = 0o711 if os.geteuid() == 0 else 0o700
     try:
-        os.makedirs(directory, mode=mode, exist_ok=True)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
     except OSError as e:
         raise not_running_error(path, "no daemon", f"autostart cannot make {directory}: {e.strerror}") from None
     lock_path = os.path.join(directory, ".forkbox-autostart.lock")

@@ -138,11 +138,13 @@ def user_prefix(uid: int, home: str, runtime_dir: str, extra_env: Optional[Dict[
 class DaemonProc:
     """A ``forkbox daemon --socket SOCK`` process (as root, or behind ``prefix``)."""
 
-    def __init__(self, binary: str, sock: str, log_path: str, prefix: Sequence[str] = ()) -> None:
+    def __init__(self, binary: str, sock: str, log_path: str, prefix: Sequence[str] = (),
+                 args: Sequence[str] = ()) -> None:
         self.binary = binary
         self.sock = sock
         self.log_path = log_path
         self.prefix = list(prefix)
+        self.args = list(args)
         self.proc: Optional["subprocess.Popen[bytes]"] = None
 
     @property
@@ -153,7 +155,7 @@ class DaemonProc:
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                self.prefix + [self.binary, "daemon", "--socket", self.sock],
+                self.prefix + [self.binary, "daemon", "--socket", self.sock] + self.args,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
             )
 
@@ -244,13 +246,56 @@ def mount_points() -> Set[str]:
 
 
 def sandbox_cgroups() -> Set[str]:
-    """Directories under /sys/fs/cgroup whose name contains ``forkbox-sandbox``."""
+    """Cgroup directories under /sys/fs/cgroup whose path contains ``forkbox-sandbox`` (the
+    parent and every sandbox's group below it)."""
     found: Set[str] = set()
     for root, dirs, _ in os.walk("/sys/fs/cgroup"):
         for d in dirs:
-            if "forkbox-sandbox" in d:
-                found.add(os.path.join(root, d))
+            path = os.path.join(root, d)
+            if "forkbox-sandbox" in path:
+                found.add(path)
     return found
+
+
+def host_snapshot(info: Dict[str, Any], daemon_pid: int) -> Dict[str, Any]:
+    """What a daemon holds, from its info and from the host: fds and children of the daemon
+    and of its sandbox service process, host mount points, sandbox cgroups."""
+    pids = sorted({daemon_pid, int(info.get("service_pid") or daemon_pid)})
+    fds, children = {}, {}
+    for p in pids:
+        try:
+            fds[p] = fd_count(p)
+        except OSError:
+            fds[p] = None
+        children[p] = len(children_of(p))
+    service = int(info.get("service_pid") or daemon_pid)
+    # Sandbox cgroups are named <service pid>-<n>; the ready embryos of the pool have theirs.
+    mine = {c for c in sandbox_cgroups() if os.path.basename(c).startswith(f"{service}-")}
+    return {"info": info, "fds": fds, "children": children, "mounts": mount_points(), "cgroups": mine}
+
+
+def leak_differences(before: Dict[str, Any], after: Dict[str, Any]) -> List[str]:
+    """What ``after`` holds more (or otherwise) than ``before``."""
+    out = []
+    bi, ai = before["info"], after["info"]
+    if ai.get("live") != 0:
+        out.append(f"live {ai.get('live')}")
+    for key in ("open_fds",):
+        if ai.get(key) != bi.get(key):
+            out.append(f"info {key} {bi.get(key)} -> {ai.get(key)}")
+    if (ai.get("pool") or {}).get("ready") != (bi.get("pool") or {}).get("ready"):
+        out.append(f"pool {bi.get('pool')} -> {ai.get('pool')}")
+    if after["fds"] != before["fds"]:
+        out.append(f"/proc/PID/fd counts {before['fds']} -> {after['fds']}")
+    if after["children"] != before["children"]:
+        out.append(f"children {before['children']} -> {after['children']}")
+    new_mounts = after["mounts"] - before["mounts"]
+    if new_mounts:
+        out.append(f"new host mounts {sorted(new_mounts)[:10]}")
+    if len(after["cgroups"]) != len(before["cgroups"]):
+        out.append(f"the service's cgroups {len(before['cgroups'])} -> {len(after['cgroups'])}: "
+                   f"{sorted(after['cgroups'] - before['cgroups'])[:10]}")
+    return out
 
 
 def host_pids() -> int:
