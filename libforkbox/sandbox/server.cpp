@@ -114,6 +114,7 @@ struct Embryo {
     unique_fd mount_ns;
     double setup_cpu_ms = 0;  // its own CPU time when ready: not the command's
     bool reaped = false;
+    bool retired = false;  // killed unused (a pool already full): its exit is no failure
 };
 
 struct Pool {
@@ -598,11 +599,15 @@ void Server::embryo_ready(Embryo& e) {
         release(*run, e);
         return;
     }
-    if (e.kind.mounts.empty()) {
-        pools_[e.kind].ready.push_back(e.id);
-    } else {
-        discard_embryo(e.id);  // binds are one request's
+    Pool& pool = pools_[e.kind];
+    if (e.kind.mounts.empty() && static_cast<int>(pool.ready.size()) + pool.building < opt_.pool_size) {
+        pool.ready.push_back(e.id);
+        return;
     }
+    // Binds are one request's; a pool never holds more than it was told to. Reaped when its
+    // pidfd says so, not waited for here.
+    e.retired = true;
+    sys::pidfd_send_signal(e.pidfd.get(), SIGKILL);
 }
 
 void Server::discard_embryo(uint64_t embryo_id) {
@@ -647,10 +652,14 @@ void Server::on_embryo_exit(uint64_t embryo_id) {
         discard_embryo(embryo_id);
         return;
     }
-    // Died before any request: a failed build.
+    // Died before any request: a failed build, unless it was retired.
     int status = 0;
     if (::waitpid(e.pid, &status, WNOHANG) <= 0) return;
     e.reaped = true;
+    if (e.retired) {
+        discard_embryo(embryo_id);
+        return;
+    }
     build_failed(embryo_id, e.failure.empty() ? "the sandbox's first process exited (status " + std::to_string(status) + ")"
                                               : e.failure);
 }
