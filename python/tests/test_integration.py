@@ -564,3 +564,27 @@ def test_autostart_real_daemon(daemon, monkeypatch):
             os.kill(p, signal.SIGKILL)
         shutil.rmtree(tmp, ignore_errors=True)
     assert not left, f"processes of the autostarted daemon left after its SIGTERM: {left}"
+
+
+@pytest.mark.parametrize("fresh_daemon", [("--max-sandboxes", "2")], indirect=True, ids=["max-2"])
+def test_busy_is_retried_by_the_sdk(fresh_daemon):
+    """A daemon that runs 2 sandboxes at once answers `busy` to the others: with its
+    retries the SDK gets them all done; without (busy_retry_s=0) some raise SandboxBusy."""
+    from forkbox import SandboxBusy
+
+    patient = Forkbox(socket=fresh_daemon.sock, request_timeout_s=CLIENT_TIMEOUT_S)
+    with ThreadPoolExecutor(12) as pool:
+        results = list(pool.map(lambda i: patient.run(f"sleep 0.2; echo {i}"), range(12)))
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(12)]
+
+    impatient = Forkbox(socket=fresh_daemon.sock, busy_retry_s=0, request_timeout_s=CLIENT_TIMEOUT_S)
+
+    def attempt(i):
+        try:
+            return impatient.run("sleep 2").ok
+        except SandboxBusy as e:
+            return e.code
+
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(attempt, range(8)))
+    assert "busy" in outcomes and True in outcomes, outcomes
