@@ -113,6 +113,7 @@ struct Embryo {
     // parent hears of the exit); the builder drops it afterwards, off the request path.
     unique_fd mount_ns;
     double setup_cpu_ms = 0;  // its own CPU time when ready: not the command's
+    Clock::time_point asked = Clock::now();
     bool reaped = false;
     bool retired = false;  // killed unused (a pool already full): its exit is no failure
 };
@@ -181,7 +182,8 @@ private:
     std::map<SandboxKind, Pool> pools_;
     std::map<pid_t, uint64_t> embryo_by_pid_;
     uint64_t next_id_ = 1;
-    uint64_t served_ = 0, failed_builds_ = 0;
+    uint64_t served_ = 0, failed_builds_ = 0, built_ = 0;
+    double build_ms_total_ = 0, build_cpu_ms_total_ = 0;  // asked -> ready; the embryos' own CPU
     bool stopping_ = false;
     std::string read_buffer_ = std::string(kMaxRequestBytes + 1, '\0');
 };
@@ -445,6 +447,11 @@ std::string Server::info_json() {
     w.key("live").value(static_cast<uint64_t>(runs_.size()));
     w.key("served").value(served_);
     w.key("failed_builds").value(failed_builds_);
+    w.key("built").value(built_);
+    // What a sandbox costs off the request path: wall time from asked to ready, and the
+    // embryo's own CPU time (the builder's share is not in it).
+    w.key("build_ms_mean").value(built_ ? build_ms_total_ / static_cast<double>(built_) : 0.0);
+    w.key("build_cpu_ms_mean").value(built_ ? build_cpu_ms_total_ / static_cast<double>(built_) : 0.0);
     w.key("pool").begin_object().key("ready").value(static_cast<uint64_t>(ready)).key("building").value(building).end_object();
     w.key("open_fds").value(static_cast<uint64_t>(fds));
     w.end_object();
@@ -574,10 +581,13 @@ void Server::on_control(uint64_t embryo_id) {
 
 void Server::embryo_ready(Embryo& e) {
     e.state = Embryo::State::Ready;
+    ++built_;
+    build_ms_total_ += ms_between(e.asked, Clock::now());
     e.mount_ns.reset(::open(("/proc/" + std::to_string(e.pid) + "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
     // schedstat's first field: nanoseconds on a CPU so far.
     if (auto text = read_file("/proc/" + std::to_string(e.pid) + "/schedstat"))
         e.setup_cpu_ms = static_cast<double>(std::strtoull(text->c_str(), nullptr, 10)) / 1e6;
+    build_cpu_ms_total_ += e.setup_cpu_ms;
     if (e.pooled) {
         Pool& pool = pools_[e.kind];
         --pool.building;
