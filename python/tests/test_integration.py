@@ -482,14 +482,10 @@ def idle_snapshot(sock: str, daemon_pid: int, like: Optional[dict] = None, timeo
         time.sleep(0.1)
 
 
-# The pool overshoots its --sandbox-pool size after bursts and never shrinks back
-# (python/NOTES-for-lead.md): expected to fail until the daemon trims it.
-POOL_OVERSHOOT = pytest.mark.xfail(
-    reason="daemon: the sandbox pool grows past --sandbox-pool and stays (NOTES-for-lead.md)", strict=False
-)
+# With the default pool and without one: a pool never holds more than --sandbox-pool.
 POOLS = pytest.mark.parametrize(
     "fresh_daemon",
-    [pytest.param((), marks=POOL_OVERSHOOT), ("--sandbox-pool", "0")],
+    [(), ("--sandbox-pool", "0")],
     indirect=True,
     ids=["default-pool", "no-pool"],
 )

@@ -270,9 +270,7 @@ def fresh_user_daemon(user, request):
 
 @pytest.mark.parametrize(
     "fresh_user_daemon",
-    [pytest.param((), marks=pytest.mark.xfail(
-        reason="daemon: the sandbox pool grows past --sandbox-pool and stays (NOTES-for-lead.md)", strict=False)),
-     ("--sandbox-pool", "0")],
+    [(), ("--sandbox-pool", "0")],
     indirect=True,
     ids=["default-pool", "no-pool"],
 )
