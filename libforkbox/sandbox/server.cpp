@@ -113,6 +113,9 @@ struct Embryo {
     // parent hears of the exit); the builder drops it afterwards, off the request path.
     unique_fd mount_ns;
     double setup_cpu_ms = 0;  // its own CPU time when ready: not the command's
+    // Its cgroups' usage files, opened when it is ready so that a result costs one pread each.
+    unique_fd cpu_usage, memory_peak, memory_events;
+    bool cpu_usage_keyed = false;  // v2 cpu.stat (usage_usec) instead of v1 cpuacct.usage (ns)
     Clock::time_point asked = Clock::now();
     bool reaped = false;
     bool retired = false;  // killed unused (a pool already full): its exit is no failure
@@ -166,6 +169,8 @@ private:
     void fail_run(Run& r, ErrorKind kind, const std::string& message);
     void drop_run(uint64_t run_id);
     void collect_usage(Run& r, Embryo& e, RunOutcome& o);
+    void open_usage_files(Embryo& e);
+    void serve_first_message(unique_fd conn);
     oci::Resources limits_for(const RunRequest& r) const;
     void shutdown();
 
@@ -173,6 +178,7 @@ private:
     ServerOptions opt_;
     unique_fd epoll_, signals_, dev_null_, builder_;
     bool mapped_range_ = false;  // a root daemon
+    uid_t euid_ = ::geteuid();
     bool use_cgroups_ = false;
     bool idmapped_lower_ = true;  // until it fails once
     CgroupLayout layout_;         // the hierarchies sandboxes get cgroups in
@@ -304,7 +310,7 @@ bool Server::peer_allowed(int conn) {
     ucred cred{};
     socklen_t len = sizeof cred;
     if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) return false;
-    if (cred.uid == ::geteuid()) return true;
+    if (cred.uid == euid_) return true;
     if (opt_.allowed_groups.empty()) return false;
     for (gid_t g : opt_.allowed_groups)
         if (cred.gid == g) return true;
@@ -344,10 +350,8 @@ void Server::accept_handoff() {
                 reply_and_close(std::move(fd), format_error(ErrorKind::InvalidRequest, "this daemon serves only its own user"));
                 continue;
             }
-            ::fcntl(fd.get(), F_SETFL, O_NONBLOCK);
-            uint64_t id = next_id_++;
-            watch(fd.get(), EPOLLIN | EPOLLRDHUP, Watch::NewConn, id);
-            new_conns_[id] = std::move(fd);
+            // The daemon handed it over once its first message was there: read it now.
+            serve_first_message(std::move(fd));
         }
     }
 }
@@ -372,8 +376,19 @@ void Server::read_first_message(uint64_t id) {
     unique_fd conn = std::move(it->second);
     new_conns_.erase(it);
     unwatch(conn.get());
+    serve_first_message(std::move(conn));
+}
+
+// Every socket operation on a client passes MSG_DONTWAIT: its fd stays blocking.
+void Server::serve_first_message(unique_fd conn) {
     ssize_t n = ::recv(conn.get(), read_buffer_.data(), read_buffer_.size(), MSG_TRUNC | MSG_DONTWAIT);
-    if (n <= 0) return;  // gone, or nothing after all
+    if (n < 0 && errno == EAGAIN) {
+        uint64_t id = next_id_++;
+        watch(conn.get(), EPOLLIN | EPOLLRDHUP, Watch::NewConn, id);
+        new_conns_[id] = std::move(conn);
+        return;
+    }
+    if (n <= 0) return;  // gone
     if (static_cast<size_t>(n) > kMaxRequestBytes) {
         reply_and_close(std::move(conn), format_error(ErrorKind::InvalidRequest,
                                                       "the request is " + std::to_string(n) + " bytes: at most " +
@@ -561,7 +576,6 @@ void Server::on_control(uint64_t embryo_id) {
     ssize_t n = ::recv(e.control.get(), buf, sizeof buf, MSG_DONTWAIT);
     if (n < 0 && errno == EAGAIN) return;
     if (n <= 0) {  // closed: exec happened, or the embryo died (its pidfd says)
-        unwatch(e.control.get());
         e.control.reset();
         return;
     }
@@ -588,6 +602,7 @@ void Server::embryo_ready(Embryo& e) {
     if (auto text = read_file("/proc/" + std::to_string(e.pid) + "/schedstat"))
         e.setup_cpu_ms = static_cast<double>(std::strtoull(text->c_str(), nullptr, 10)) / 1e6;
     build_cpu_ms_total_ += e.setup_cpu_ms;
+    open_usage_files(e);
     if (e.pooled) {
         Pool& pool = pools_[e.kind];
         --pool.building;
@@ -629,11 +644,9 @@ void Server::discard_embryo(uint64_t embryo_id) {
         ::waitpid(e.pid, nullptr, 0);  // pid 1 of its namespace: gone once its namespace is
         e.reaped = true;
     }
-    unwatch(e.control.get());
-    unwatch(e.pidfd.get());
     embryo_by_pid_.erase(e.pid);
     // Not made yet (no pid): the builder's answer finds no embryo and undoes it.
-    if (e.pidfd) remove_later(e.cgroup_dirs, std::move(e.mount_ns));
+    if (e.pid > 0) remove_later(e.cgroup_dirs, std::move(e.mount_ns));
     embryos_.erase(it);
 }
 
@@ -651,11 +664,8 @@ void Server::on_embryo_exit(uint64_t embryo_id) {
             run.exited = true;
             run.status = status;
             run.ended = Clock::now();
-            unwatch(e.pidfd.get());
-            if (run.timer) {
-                unwatch(run.timer.get());
-                run.timer.reset();
-            }
+            e.pidfd.reset();
+            run.timer.reset();
             maybe_finish(run);
             return;
         }
@@ -678,7 +688,7 @@ void Server::build_failed(uint64_t embryo_id, const std::string& why) {
     auto it = embryos_.find(embryo_id);
     if (it == embryos_.end()) return;
     Embryo& e = *it->second;
-    if (!e.pidfd) remove_later(e.cgroup_dirs);  // the builder may have made them
+    if (e.pid <= 0) remove_later(e.cgroup_dirs);  // the builder may have made them
     if (e.state == Embryo::State::Building) {
         ++failed_builds_;
         if (e.pooled) {
@@ -830,7 +840,6 @@ void Server::release(Run& r, Embryo& e) {
         }
     }
     for (int s = 0; s < 2; ++s) {
-        ::fcntl(r.out[s].get(), F_SETFL, O_NONBLOCK);
         r.out_open[s] = true;
         watch(r.out[s].get(), EPOLLIN, s == 0 ? Watch::Stdout : Watch::Stderr, r.id);
     }
@@ -840,22 +849,21 @@ void Server::release(Run& r, Embryo& e) {
     }
 }
 
+// One read per readiness event (level-triggered): it never blocks, so the pipe's read end
+// stays blocking and the command's write end is never touched.
 void Server::on_output(Run& r, int s) {
+    if (!r.out_open[s]) return;
     char buf[65536];
-    for (int round = 0; round < 4 && r.out_open[s]; ++round) {
-        ssize_t n = ::read(r.out[s].get(), buf, sizeof buf);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-        if (n <= 0) {
-            unwatch(r.out[s].get());
-            r.out[s].reset();
-            r.out_open[s] = false;
-            maybe_finish(r);
-            return;
-        }
-        std::string_view now = r.capture[s]->take(std::string_view(buf, static_cast<size_t>(n)));
-        if (!now.empty() && !r.client_gone) send_frame(r, std::string(1, s == 0 ? kStdoutData : kStderrData) + std::string(now));
-        if (!r.outbox.empty()) return;  // the client is slow: the pipes wait for it
+    ssize_t n = ::read(r.out[s].get(), buf, sizeof buf);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0) {
+        r.out[s].reset();  // closing it takes it out of the epoll set
+        r.out_open[s] = false;
+        maybe_finish(r);
+        return;
     }
+    std::string_view now = r.capture[s]->take(std::string_view(buf, static_cast<size_t>(n)));
+    if (!now.empty() && !r.client_gone) send_frame(r, std::string(1, s == 0 ? kStdoutData : kStderrData) + std::string(now));
 }
 
 void Server::send_frame(Run& r, std::string frame) {
@@ -973,6 +981,33 @@ void Server::kill_sandbox(Run& r) {
     sys::pidfd_send_signal(it->second->pidfd.get(), SIGKILL);
 }
 
+void Server::open_usage_files(Embryo& e) {
+    if (!use_cgroups_) return;
+    auto open_file = [](const std::string& path) { return unique_fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)); };
+    if (auto d = controller_dir(layout_, e.cgroup_dirs, "cpuacct")) {
+        e.cpu_usage = open_file(d->dir + "/cpuacct.usage");
+    } else if (auto d2 = controller_dir(layout_, e.cgroup_dirs, "cpu"); d2 && d2->unified) {
+        e.cpu_usage = open_file(d2->dir + "/cpu.stat");
+        e.cpu_usage_keyed = true;
+    }
+    if (auto d = controller_dir(layout_, e.cgroup_dirs, "memory")) {
+        e.memory_peak = open_file(d->dir + (d->unified ? "/memory.peak" : "/memory.max_usage_in_bytes"));
+        e.memory_events = open_file(d->dir + (d->unified ? "/memory.events" : "/memory.oom_control"));
+    }
+}
+
+namespace {
+
+std::optional<std::string> pread_text(const unique_fd& fd) {
+    if (!fd) return std::nullopt;
+    char buf[1024];
+    ssize_t n = ::pread(fd.get(), buf, sizeof buf - 1, 0);
+    if (n < 0) return std::nullopt;
+    return std::string(buf, static_cast<size_t>(n));
+}
+
+}  // namespace
+
 void Server::collect_usage(Run& r, Embryo& e, RunOutcome& o) {
     if (!use_cgroups_) {
         double total = (r.usage.ru_utime.tv_sec + r.usage.ru_stime.tv_sec) * 1000.0 +
@@ -986,29 +1021,15 @@ void Server::collect_usage(Run& r, Embryo& e, RunOutcome& o) {
     }
     o.limits.memory = o.limits.pids = "cgroup";
     o.limits.cpu = r.request.cpus > 0 ? "cgroup" : "none";
-    const auto& dirs = e.cgroup_dirs;
-    auto number = [](const std::string& path) -> std::optional<uint64_t> {
-        auto text = read_file(path);
-        if (!text) return std::nullopt;
-        auto v = parse_cgroup_uint(*text);
-        if (!v) return std::nullopt;
-        return *v;
-    };
-    if (auto d = controller_dir(layout_, dirs, "cpuacct")) {
-        if (auto ns = number(d->dir + "/cpuacct.usage")) o.cpu_ms = std::max(0.0, static_cast<double>(*ns) / 1e6 - e.setup_cpu_ms);
-    } else if (auto d2 = controller_dir(layout_, dirs, "cpu"); d2 && d2->unified) {
-        if (auto text = read_file(d2->dir + "/cpu.stat"))
-            o.cpu_ms = std::max(0.0, static_cast<double>(cgroup_keyed_value(*text, "usage_usec")) / 1e3 - e.setup_cpu_ms);
+    if (auto text = pread_text(e.cpu_usage)) {
+        double ms = e.cpu_usage_keyed ? static_cast<double>(cgroup_keyed_value(*text, "usage_usec")) / 1e3
+                                      : static_cast<double>(parse_cgroup_uint(*text).value_or(0)) / 1e6;
+        o.cpu_ms = std::max(0.0, ms - e.setup_cpu_ms);
     }
-    if (auto d = controller_dir(layout_, dirs, "memory")) {
-        if (d->unified) {
-            o.peak_memory_bytes = number(d->dir + "/memory.peak");
-            if (auto text = read_file(d->dir + "/memory.events")) o.oom_killed = cgroup_keyed_value(*text, "oom_kill") > 0;
-        } else {
-            o.peak_memory_bytes = number(d->dir + "/memory.max_usage_in_bytes");
-            if (auto text = read_file(d->dir + "/memory.oom_control")) o.oom_killed = cgroup_keyed_value(*text, "oom_kill") > 0;
-        }
+    if (auto text = pread_text(e.memory_peak)) {
+        if (auto v = parse_cgroup_uint(*text)) o.peak_memory_bytes = *v;
     }
+    if (auto text = pread_text(e.memory_events)) o.oom_killed = cgroup_keyed_value(*text, "oom_kill") > 0;
 }
 
 void Server::maybe_finish(Run& r) {
@@ -1073,8 +1094,7 @@ void Server::drop_run(uint64_t run_id) {
             e.run = 0;
         }
     }
-    for (int fd : {r.conn.get(), r.out[0].get(), r.out[1].get(), r.in.get(), r.timer.get()}) unwatch(fd);
-    runs_.erase(it);
+    runs_.erase(it);  // closing its fds takes them out of the epoll set
 }
 
 // --- the loop ---
@@ -1121,7 +1141,7 @@ void Server::shutdown() {
     std::vector<std::string> dirs;
     for (auto& [id, e] : embryos_) {
         ids.push_back(id);
-        if (e->pidfd) dirs.insert(dirs.end(), e->cgroup_dirs.begin(), e->cgroup_dirs.end());
+        if (e->pid > 0) dirs.insert(dirs.end(), e->cgroup_dirs.begin(), e->cgroup_dirs.end());
     }
     for (uint64_t id : ids) discard_embryo(id);
     runs_.clear();
