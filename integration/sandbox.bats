@@ -305,18 +305,24 @@ print(n)
 
 # --- isolation ---
 
-@test "sandbox: pid namespace: the command is pid 1 and sees only its own processes" {
+@test "sandbox: pid namespace: the command is pid 2 under the sandbox's init and sees only its own processes" {
 	run --separate-stderr sb -- sh -c 'echo $$'
 	assert_success
-	assert_output "1"
+	assert_output "2"
 
 	run --separate-stderr sb -- sh -c 'ls /proc'
 	assert_success
 	local pids
 	pids=$(grep -E '^[0-9]+$' <<<"$output" | sort -n | tr '\n' ' ')
-	# sh (1) and ls, nothing of the host's.
-	[[ $pids == "1 "* ]] || fail "pid 1 missing from /proc: $pids"
-	(($(wc -w <<<"$pids") <= 3)) || fail "more processes than sh and ls in /proc: $pids"
+	# init (1), sh (2) and ls, nothing of the host's.
+	[[ $pids == "1 2 "* ]] || fail "pids 1 and 2 missing from /proc: $pids"
+	(($(wc -w <<<"$pids") <= 3)) || fail "more processes than init, sh and ls in /proc: $pids"
+}
+
+@test "sandbox: the command dies of a signal it sends itself (it is not the sandbox's init)" {
+	run --separate-stderr sb -- sh -c 'kill -TERM $$; echo survived'
+	assert_failure 143
+	refute_output --partial survived
 }
 
 @test "sandbox: network namespace: only lo, the host's interfaces with --network" {
@@ -508,7 +514,8 @@ clone3 ENOSYS"
 	cg=$(awk -F: '$2 == "memory" { print $3 }' "/proc/$pid/cgroup")
 	[[ $cg == /forkbox-sandbox/"$SERVICE_PID"-* ]] || fail "memory cgroup $cg, expected /forkbox-sandbox/$SERVICE_PID-N"
 	assert_equal "$(cat "/sys/fs/cgroup/memory$cg/memory.limit_in_bytes")" $((64 << 20))
-	assert_equal "$(cat "/sys/fs/cgroup/pids$cg/pids.max")" 32
+	# The sandbox's init counts too.
+	assert_equal "$(cat "/sys/fs/cgroup/pids$cg/pids.max")" 33
 	kill -KILL "$pid"
 	wait "$client" || true
 	no_process_matching "sleep $marker" 5
@@ -570,7 +577,7 @@ sys.stdout.write(repr(s.recv(70000)))
 
 # --- concurrency ---
 
-@test "sandbox: 20 concurrent runs all succeed, each its own pid 1" {
+@test "sandbox: 20 concurrent runs all succeed, each in its own pid namespace" {
 	local i pids=()
 	for ((i = 0; i < 20; i++)); do
 		sb -- sh -c 'echo $$' </dev/null >"$TDIR/out.$i" 2>"$TDIR/err.$i" 3>&- 4>&- &
@@ -582,8 +589,19 @@ sys.stdout.write(repr(s.recv(70000)))
 	done
 	((${#failed[@]} == 0)) || fail "$(printf '%s\n' "${failed[@]}")"
 	for ((i = 0; i < 20; i++)); do
-		assert_equal "$(cat "$TDIR/out.$i")" "1"
+		assert_equal "$(cat "$TDIR/out.$i")" "2"
 	done
+}
+
+@test "sandbox: input sent while the sandbox is still being made reaches the command (no pool)" {
+	local sock=$TDIR/nopool.sock
+	start_daemon_as_root "$sock" --sandbox-pool 0
+	run --separate-stderr bash -c 'printf abc | timeout 30 "$0" sandbox --socket "$1" -i -- cat' "$SB_FB" "$sock"
+	assert_success
+	assert_output "abc"
+	run --separate-stderr bash -c 'head -c 300000 /dev/zero | timeout 30 "$0" sandbox --socket "$1" -i -- wc -c' "$SB_FB" "$sock"
+	assert_success
+	assert_output "300000"
 }
 
 # --- a user's daemon ---

@@ -84,7 +84,7 @@ oci::Resources default_limits(const Defaults& d) {
     oci::Resources res;
     res.memory.emplace();
     res.memory->limit = static_cast<int64_t>(d.memory_mb << 20);
-    res.pids_limit = static_cast<int64_t>(d.pids);
+    res.pids_limit = static_cast<int64_t>(d.pids) + 1;  // the sandbox's init counts too (server.cpp)
     return res;
 }
 

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -225,56 +226,96 @@ ssize_t receive(int sock, std::string& buf, int* fds, int& nfds) {
     return n;
 }
 
+void send_text(int control, const std::string& m) { ::send(control, m.data(), m.size(), MSG_NOSIGNAL); }
+
 [[noreturn]] void exec_failed(int control, int err, std::string_view what) {
-    std::string m = "X" + std::to_string(err) + " " + std::string(what) + ": " + std::strerror(err);
-    ::send(control, m.data(), m.size(), MSG_NOSIGNAL);
+    send_text(control, "X" + std::to_string(err) + " " + std::string(what) + ": " + std::strerror(err));
     ::_exit(err == ENOENT ? 127 : 126);
 }
 
+// Set by the vfork child (which shares our memory) when its execve failed.
+volatile int exec_errno = 0;
+
+// The sandbox's init from here on: the command runs as its child (pid 2), so it has a
+// process's ordinary signal semantics (pid 1 ignores the signals it has no handler for),
+// and it execs from a vfork child, without tearing down this process's address space on
+// the way. This process reaps what gets orphaned to it, reports the command's status and
+// usage ("W"), and exits: the kernel then kills whatever else runs in the sandbox.
 [[noreturn]] void run(int control, const Release& r, const int* stdio) {
-    for (int i = 0; i < 3; ++i)
-        if (::dup2(stdio[i], i) < 0) exec_failed(control, errno, "stdio");
-    for (int i = 0; i < 3; ++i)
-        if (stdio[i] > 2) ::close(stdio[i]);
     ::umask(022);  // a login's, whatever the daemon's is
     if (::chdir(r.cwd.c_str()) < 0) exec_failed(control, errno, "cwd " + r.cwd);
     if (r.nproc_limit) {
         rlimit l{r.nproc_limit, r.nproc_limit};
         if (::setrlimit(RLIMIT_NPROC, &l) < 0) exec_failed(control, errno, "RLIMIT_NPROC");
     }
-    if (r.address_limit) {
-        rlimit l{r.address_limit, r.address_limit};
-        if (::setrlimit(RLIMIT_AS, &l) < 0) exec_failed(control, errno, "RLIMIT_AS");
-    }
     if (r.drop_all_caps) {
         if (!drop_bounding_set(0) || !apply_capabilities(CapabilitySets{})) exec_failed(control, errno, "drop capabilities");
     }
+    // Everything the child needs is made here: between vfork and execve it only makes syscalls.
     std::vector<char*> argv, envp;
     for (const auto& a : r.argv) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     for (const auto& e : r.env) envp.push_back(const_cast<char*>(e.c_str()));
     envp.push_back(nullptr);
+    std::vector<std::string> candidates;
     const std::string& file = r.argv[0];
     if (file.find('/') != std::string::npos) {
-        ::execve(file.c_str(), argv.data(), envp.data());
-        exec_failed(control, errno, "exec " + file);
+        candidates.push_back(file);
+    } else {
+        // PATH of the command's environment, as a shell would search it.
+        std::string path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+        for (const auto& e : r.env)
+            if (e.starts_with("PATH=")) path = e.substr(5);
+        size_t start = 0;
+        while (start <= path.size()) {
+            size_t end = path.find(':', start);
+            if (end == std::string::npos) end = path.size();
+            std::string dir = path.substr(start, end - start);
+            candidates.push_back((dir.empty() ? "." : dir) + "/" + file);
+            start = end + 1;
+        }
     }
-    // PATH of the command's environment, as a shell would search it.
-    std::string path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-    for (const auto& e : r.env)
-        if (e.starts_with("PATH=")) path = e.substr(5);
-    int err = ENOENT;
-    size_t start = 0;
-    while (start <= path.size()) {
-        size_t end = path.find(':', start);
-        if (end == std::string::npos) end = path.size();
-        std::string dir = path.substr(start, end - start);
-        std::string candidate = (dir.empty() ? "." : dir) + "/" + file;
-        ::execve(candidate.c_str(), argv.data(), envp.data());
-        if (errno != ENOENT && errno != ENOTDIR) err = errno;
-        start = end + 1;
+    rlimit address{r.address_limit, r.address_limit};
+    pid_t command = ::vfork();
+    if (command == 0) {
+        for (int i = 0; i < 3; ++i)
+            if (::dup2(stdio[i], i) < 0) {
+                exec_errno = errno;
+                ::_exit(126);
+            }
+        // The address-space limit binds the command, not this process.
+        if (r.address_limit && ::setrlimit(RLIMIT_AS, &address) < 0) {
+            exec_errno = errno;
+            ::_exit(126);
+        }
+        int err = ENOENT;
+        for (const auto& c : candidates) {
+            ::execve(c.c_str(), argv.data(), envp.data());
+            if (errno != ENOENT && errno != ENOTDIR) err = errno;
+        }
+        exec_errno = err;
+        ::_exit(err == ENOENT ? 127 : 126);
     }
-    exec_failed(control, err, "exec " + file);
+    int err = errno;
+    for (int i = 0; i < 3; ++i) ::close(stdio[i]);  // the pipes end with the command's side
+    if (command < 0) exec_failed(control, err, "start the command");
+    if (exec_errno) {
+        int e = exec_errno;
+        send_text(control, "X" + std::to_string(e) + " exec " + file + ": " + std::strerror(e));
+    }
+    int status = 0;
+    rusage usage{};
+    for (;;) {
+        pid_t p = ::wait4(-1, &status, 0, &usage);
+        if (p == command) break;
+        if (p < 0 && errno != EINTR) ::_exit(1);
+    }
+    send_text(control, "W" + std::to_string(status) + " " +
+                           std::to_string(usage.ru_utime.tv_sec * 1000000 + usage.ru_utime.tv_usec) + " " +
+                           std::to_string(usage.ru_stime.tv_sec * 1000000 + usage.ru_stime.tv_usec) + " " +
+                           std::to_string(usage.ru_maxrss));
+    // The command's code as ours too, for a daemon that reaps us before reading "W".
+    ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 }
 
 }  // namespace

@@ -1,18 +1,19 @@
-// A sandbox's first process, on the child side of the daemon's clone: pid 1 of a fresh pid
+// A sandbox's first process, on the child side of the builder's clone: pid 1 of a fresh pid
 // namespace inside a fresh user namespace. It makes the rest of the sandbox ahead of any
 // request (mount, ipc, uts, cgroup and network namespaces; an overlay of the host's root
 // whose upper layer lives on a tmpfs; the Plan's mounts, devices and masks; capabilities,
 // no_new_privs and seccomp), says it is ready, and waits. A request releases it: it takes
-// the command's stdio, cwd and limits and execs the command, which is then pid 1: when it
-// ends, the kernel kills whatever else runs in the sandbox and every mount goes with the
-// mount namespace.
+// the command's stdio, cwd and limits, vforks the command (pid 2), reaps what gets
+// orphaned to it, reports the command's end, and exits: the kernel then kills whatever
+// else runs in the sandbox, and every mount goes with the mount namespace.
 //
 // The control socket (SOCK_SEQPACKET), daemon <-> embryo:
 //   daemon: "M" [+ fd: the lower layer, an idmapped copy of "/"]   maps written: build
 //   embryo: "R" (ready) or "F<message>" (failed; it then exits)
 //   daemon: "G" + Release::encode() + fds stdin, stdout, stderr     run the command
-//   embryo: "X<errno> <message>" when the exec failed (it then exits 126 or 127); the socket
-//           closes on exec (close-on-exec), which is how the daemon knows it ran.
+//   embryo: "X<errno> <message>" when the command could not be started (its status is then
+//           126 or 127), and "W<wait status> <user us> <system us> <max rss KiB>" when it
+//           ended (wait4 of the command alone).
 #pragma once
 
 #include <cstdint>

@@ -70,7 +70,7 @@ Result<void> write_text(const std::string& path, std::string_view data) {
 
 
 // What an epoll event is about: the kind of fd and whose it is.
-enum class Watch : uint8_t { Signals, Handoff, Builder, NewConn, Control, Pidfd, Stdout, Stderr, Stdin, Timer, Client };
+enum class Watch : uint8_t { Signals, Handoff, Listener, Builder, NewConn, Control, Pidfd, Stdout, Stderr, Stdin, Timer, Client };
 
 uint64_t token(Watch w, uint64_t id) { return (static_cast<uint64_t>(w) << 56) | id; }
 
@@ -87,6 +87,7 @@ struct Run {
     unique_fd in;  // write end of stdin
     std::string stdin_buffer;
     bool stdin_end = false;
+    bool stdin_refused = false;  // the command closed its end
     std::optional<OutputCapture> capture[2];
     std::deque<std::string> outbox;  // frames the client's socket did not take yet
     unique_fd timer;
@@ -95,6 +96,7 @@ struct Run {
     int status = 0;
     rusage usage{};
     std::optional<std::string> exec_error;
+    bool usage_is_command = false;  // `usage` is the command's own (the embryo's "W")
 };
 
 struct Embryo {
@@ -130,7 +132,7 @@ struct Pool {
 
 class Server {
 public:
-    Server(int handoff, const ServerOptions& o) : handoff_(handoff), opt_(o) {}
+    Server(int handoff, int listener, const ServerOptions& o) : handoff_(handoff), listener_(listener), opt_(o) {}
     int run();
 
 private:
@@ -141,6 +143,8 @@ private:
     void dispatch(const epoll_event& ev);
 
     void accept_handoff();
+    void accept_connections();
+    void classify(unique_fd conn);
     bool peer_allowed(int conn);
     void read_first_message(uint64_t id);
     void reply_and_close(unique_fd conn, const std::string& message);
@@ -175,6 +179,7 @@ private:
     void shutdown();
 
     int handoff_;
+    int listener_;
     ServerOptions opt_;
     unique_fd epoll_, signals_, dev_null_, builder_;
     bool mapped_range_ = false;  // a root daemon
@@ -244,6 +249,7 @@ Result<void> Server::setup() {
     if (!dev_null_) return sys_error("open /dev/null");
     watch(signals_.get(), EPOLLIN, Watch::Signals, 0);
     watch(handoff_, EPOLLIN, Watch::Handoff, 0);
+    watch(listener_, EPOLLIN, Watch::Listener, 0);
 
     mapped_range_ = ::geteuid() == 0 && !rootless_mode().in_user_namespace;
     if (auto host = detect_cgroup_layout(); host && mapped_range_) {
@@ -364,6 +370,35 @@ void drain(int conn) {
     }
 }
 
+void Server::accept_connections() {
+    int fd;
+    while ((fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC)) >= 0) classify(unique_fd(fd));
+}
+
+// A sandbox request is served here; anything else is the zygote loop's (which answers
+// garbage too). A connection whose first message is not there yet waits in the epoll set.
+void Server::classify(unique_fd conn) {
+    char head[16];
+    ssize_t n = ::recv(conn.get(), head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && errno == EAGAIN) {
+        uint64_t id = next_id_++;
+        watch(conn.get(), EPOLLIN | EPOLLRDHUP, Watch::NewConn, id);
+        new_conns_[id] = std::move(conn);
+        return;
+    }
+    if (n <= 0) return;
+    if (looks_like_sandbox_message(std::string_view(head, static_cast<size_t>(n)))) {
+        if (!peer_allowed(conn.get())) {
+            reply_and_close(std::move(conn), format_error(ErrorKind::InvalidRequest, "this daemon serves only its own user"));
+            return;
+        }
+        serve_first_message(std::move(conn));
+        return;
+    }
+    int fd = conn.get();
+    (void)send_with_fds(handoff_, "z", std::span<const int>(&fd, 1), "zygote handoff");
+}
+
 void Server::reply_and_close(unique_fd conn, const std::string& message) {
     drain(conn.get());
     // A final message: a client that does not read it loses it, never the daemon its time.
@@ -376,7 +411,7 @@ void Server::read_first_message(uint64_t id) {
     unique_fd conn = std::move(it->second);
     new_conns_.erase(it);
     unwatch(conn.get());
-    serve_first_message(std::move(conn));
+    classify(std::move(conn));
 }
 
 // Every socket operation on a client passes MSG_DONTWAIT: its fd stays blocking.
@@ -482,7 +517,7 @@ oci::Resources Server::limits_for(const RunRequest& r) const {
         m.limit = static_cast<int64_t>(r.memory_mb << 20);
         res.memory = m;
     }
-    if (r.pids) res.pids_limit = static_cast<int64_t>(r.pids);
+    if (r.pids) res.pids_limit = static_cast<int64_t>(r.pids) + 1;  // the sandbox's init counts too
     if (r.cpus > 0) {
         oci::CpuResources c;
         c.period = 100000;
@@ -573,9 +608,10 @@ void Server::on_control(uint64_t embryo_id) {
     if (it == embryos_.end()) return;
     Embryo& e = *it->second;
     char buf[4096];
+    if (!e.control) return;
     ssize_t n = ::recv(e.control.get(), buf, sizeof buf, MSG_DONTWAIT);
     if (n < 0 && errno == EAGAIN) return;
-    if (n <= 0) {  // closed: exec happened, or the embryo died (its pidfd says)
+    if (n <= 0) {  // closed: the embryo exited (its pidfd says so too)
         e.control.reset();
         return;
     }
@@ -590,6 +626,24 @@ void Server::on_control(uint64_t embryo_id) {
             text.remove_prefix(std::min(text.size(), text.find(' ') + 1));
             r->second->exec_error = std::string(text);
         }
+    } else if (m.front() == 'W' && e.state == Embryo::State::Running) {
+        // The command's end, before its init's: the reply need not wait for init's exit.
+        auto r = runs_.find(e.run);
+        if (r == runs_.end() || r->second->exited) return;
+        Run& run = *r->second;
+        unsigned long long status = 0, user_us = 0, system_us = 0, rss_kb = 0;
+        std::sscanf(std::string(m.substr(1)).c_str(), "%llu %llu %llu %llu", &status, &user_us, &system_us, &rss_kb);
+        run.exited = true;
+        run.status = static_cast<int>(status);
+        run.ended = Clock::now();
+        run.usage.ru_utime.tv_sec = static_cast<time_t>(user_us / 1000000);
+        run.usage.ru_utime.tv_usec = static_cast<suseconds_t>(user_us % 1000000);
+        run.usage.ru_stime.tv_sec = static_cast<time_t>(system_us / 1000000);
+        run.usage.ru_stime.tv_usec = static_cast<suseconds_t>(system_us % 1000000);
+        run.usage.ru_maxrss = static_cast<long>(rss_kb);
+        run.usage_is_command = true;
+        run.timer.reset();
+        maybe_finish(run);
     }
 }
 
@@ -641,6 +695,12 @@ void Server::discard_embryo(uint64_t embryo_id) {
     Embryo& e = *it->second;
     if (!e.reaped && e.pidfd) {
         sys::pidfd_send_signal(e.pidfd.get(), SIGKILL);
+        if (!stopping_ && e.state == Embryo::State::Running) {
+            // Its command has ended: its exit is reaped when its pidfd says so.
+            e.retired = true;
+            e.run = 0;
+            return;
+        }
         ::waitpid(e.pid, nullptr, 0);  // pid 1 of its namespace: gone once its namespace is
         e.reaped = true;
     }
@@ -655,20 +715,30 @@ void Server::on_embryo_exit(uint64_t embryo_id) {
     if (it == embryos_.end()) return;
     Embryo& e = *it->second;
     if (e.state == Embryo::State::Running) {
+        // What it said before it exited ("X", "W") comes first: the command's own status.
+        for (int i = 0; i < 8 && embryos_.count(embryo_id) && it->second->control; ++i) on_control(embryo_id);
+        if (!embryos_.count(embryo_id)) return;
         auto r = runs_.find(e.run);
-        if (r != runs_.end()) {
+        if (r != runs_.end() && !r->second->replied) {
             Run& run = *r->second;
             int status = 0;
-            if (::wait4(e.pid, &status, WNOHANG, &run.usage) <= 0) return;
+            rusage usage{};
+            if (::wait4(e.pid, &status, WNOHANG, &usage) <= 0) return;
             e.reaped = true;
-            run.exited = true;
-            run.status = status;
-            run.ended = Clock::now();
             e.pidfd.reset();
-            run.timer.reset();
+            if (!run.exited) {  // killed (the deadline, a disconnect) before the command ended
+                run.exited = true;
+                run.status = status;
+                run.ended = Clock::now();
+                run.usage = usage;
+                run.timer.reset();
+            }
             maybe_finish(run);
             return;
         }
+        // Its run was answered (or dropped) already: only its exit is left to reap.
+        if (::waitpid(e.pid, nullptr, WNOHANG) <= 0) return;
+        e.reaped = true;
         discard_embryo(embryo_id);
         return;
     }
@@ -803,7 +873,7 @@ void Server::release(Run& r, Embryo& e) {
             }
         }
     } else {
-        rel.nproc_limit = r.request.pids;
+        rel.nproc_limit = r.request.pids + 1;  // the sandbox's init counts too
         rel.address_limit = r.request.memory_mb << 20;
     }
 
@@ -846,6 +916,8 @@ void Server::release(Run& r, Embryo& e) {
     if (r.in) {
         ::fcntl(r.in.get(), F_SETFL, O_NONBLOCK);
         watch(r.in.get(), 0, Watch::Stdin, r.id);
+        // Input that came while the sandbox was being made.
+        if (!r.stdin_buffer.empty() || r.stdin_end) on_stdin_writable(r);
     }
 }
 
@@ -908,13 +980,14 @@ void Server::on_stdin_writable(Run& r) {
         ssize_t n = ::write(r.in.get(), r.stdin_buffer.data(), r.stdin_buffer.size());
         if (n < 0) {
             if (errno == EAGAIN) break;
-            r.stdin_buffer.clear();  // EPIPE: the command does not read its input
-            r.stdin_end = true;
+            // EPIPE: the command closed its input; the client's next frames are dropped.
+            r.stdin_buffer.clear();
+            r.stdin_refused = true;
             break;
         }
         r.stdin_buffer.erase(0, static_cast<size_t>(n));
     }
-    if (r.stdin_buffer.empty() && r.stdin_end) {
+    if (r.stdin_buffer.empty() && (r.stdin_end || r.stdin_refused)) {
         unwatch(r.in.get());
         r.in.reset();
     } else {
@@ -954,11 +1027,11 @@ void Server::on_client(Run& r, uint32_t events) {
             } else {
                 r.stdin_buffer.append(read_buffer_.data() + 1, static_cast<size_t>(n - 1));
             }
-            if (!r.in) {
-                r.stdin_buffer.clear();  // not started yet is not possible here; EPIPE'd: dropped
-            } else {
+            if (r.in) {
                 on_stdin_writable(r);
-            }
+            } else if (r.started) {
+                r.stdin_buffer.clear();  // the command closed its input (EPIPE): dropped
+            }  // else kept until the sandbox is released (release() writes it)
             if (r.stdin_buffer.size() >= kStdinBufferLimit) {
                 rewatch(r.conn.get(), EPOLLRDHUP | (r.outbox.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT)), Watch::Client, r.id);
                 break;
@@ -1012,7 +1085,7 @@ void Server::collect_usage(Run& r, Embryo& e, RunOutcome& o) {
     if (!use_cgroups_) {
         double total = (r.usage.ru_utime.tv_sec + r.usage.ru_stime.tv_sec) * 1000.0 +
                        (r.usage.ru_utime.tv_usec + r.usage.ru_stime.tv_usec) / 1000.0;
-        o.cpu_ms = std::max(0.0, total - e.setup_cpu_ms);
+        o.cpu_ms = r.usage_is_command ? total : std::max(0.0, total - e.setup_cpu_ms);
         o.peak_memory_bytes = static_cast<uint64_t>(r.usage.ru_maxrss) * 1024;
         o.limits.memory = "rlimit";
         o.limits.pids = "rlimit";
@@ -1110,6 +1183,7 @@ void Server::dispatch(const epoll_event& ev) {
             return;  // SIGCHLD: the pidfds say who
         }
         case Watch::Handoff: accept_handoff(); return;
+        case Watch::Listener: accept_connections(); return;
         case Watch::Builder: on_builder(); return;
         case Watch::NewConn: read_first_message(id); return;
         case Watch::Control: on_control(id); return;
@@ -1182,8 +1256,8 @@ int Server::run() {
 
 }  // namespace
 
-int serve_sandboxes(int handoff, const ServerOptions& options) {
-    Server s(handoff, options);
+int serve_sandboxes(int handoff, int listener, const ServerOptions& options) {
+    Server s(handoff, listener, options);
     return s.run();
 }
 

@@ -1,6 +1,6 @@
-// The sandbox service: a process of its own behind the daemon's socket. The daemon's
-// zygote loop accepts every connection and hands a sandbox request's connection over
-// (SCM_RIGHTS on `handoff`) without reading it; this process is the parent of every
+// The sandbox service: a process of its own behind the daemon's socket. It accepts every
+// connection, serves sandbox requests and hands the zygote loop its own (SCM_RIGHTS on
+// `handoff`) without reading them; this process is the parent of every
 // sandbox, so it can keep embryos (embryo.hpp) ready, reap them, and watch each run with
 // one single-threaded epoll loop: output pipes, stdin, the client, a timerfd deadline and
 // the pidfd of the sandbox's pid 1. Why a process of its own: the zygote loop never forks
@@ -29,8 +29,10 @@ struct ServerOptions {
     uint64_t upper_size_mb = 512;       // the overlay's tmpfs, and /tmp's
 };
 
-// Serves until SIGTERM or SIGINT (or until `handoff` closes), then kills every sandbox and
-// releases its cgroups. Returns the process's exit code.
-int serve_sandboxes(int handoff, const ServerOptions& options);
+// Accepts on `listener` (the daemon's socket, non-blocking): sandbox requests are served
+// here, zygote requests handed to the daemon over `handoff` ("z" + the fd), which can hand
+// connections here too ("c" + fd). Serves until SIGTERM or SIGINT (or until `handoff`
+// closes), then kills every sandbox and releases its cgroups. Returns the exit code.
+int serve_sandboxes(int handoff, int listener, const ServerOptions& options);
 
 }  // namespace forkbox::sandbox

@@ -178,12 +178,14 @@ def test_stderr_and_exit_code(fb):
 
 
 def test_signal_exit(fb):
-    # The command is the sandbox's pid 1: a signal it sends itself is ignored (the kernel's
-    # rule for an init), but a fault is delivered.
+    # The command is not the sandbox's init: a fault, and a signal it sends itself, kill it
+    # as they would anywhere.
     r = fb.run(argv=["python3", "-c", "import ctypes; ctypes.string_at(0)"])
     assert r.signal == 11 and r.exit_code == 128 + 11, r
     r = fb.run("sh -c 'kill -TERM $$'; echo $?")
     assert r.stdout == "143\n" and r.ok, r
+    r = fb.run(argv=["python3", "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"])
+    assert r.signal == 15 and r.exit_code == 143, r
 
 
 def test_env(fb):
