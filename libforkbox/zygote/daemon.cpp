@@ -489,11 +489,10 @@ void Daemon::start_sandbox_server() {
         // It stops with the daemon, whatever kills the daemon.
         ::prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (::getppid() == 1) ::_exit(1);
-        listener_.reset();
         signals_.reset();
         builder_.reset();
         ours.reset();
-        ::_exit(sandbox::serve_sandboxes(theirs.get(), opt_.sandbox));
+        ::_exit(sandbox::serve_sandboxes(theirs.get(), listener_.get(), opt_.sandbox));
     }
     sandbox_handoff_ = std::move(ours);
     sandbox_pid_ = pid;
@@ -831,7 +830,12 @@ Result<void> Daemon::run() {
     bool stopping = false;
     while (!stopping) {
         int refill_due = refill();
-        std::vector<pollfd> fds = {{signals_.get(), POLLIN, 0}, {listener_.get(), POLLIN, 0}};
+        // While the sandbox service runs, it accepts every connection (sandbox requests are
+        // the ones that wait on it) and hands zygote requests over here; otherwise this loop
+        // accepts them all.
+        bool service_accepts = sandbox_pid_ > 0 && sandbox_handoff_;
+        std::vector<pollfd> fds = {{signals_.get(), POLLIN, 0}, {listener_.get(), static_cast<short>(service_accepts ? 0 : POLLIN), 0},
+                                   {sandbox_handoff_.get(), POLLIN, 0}};
         if (builder_) fds.push_back({builder_.get(), POLLIN, 0});
         int r = ::poll(fds.data(), fds.size(), refill_due >= 0 ? std::min(refill_due, 10000) : 10000);
         if (r < 0 && errno != EINTR) return sys_error("poll");
@@ -847,7 +851,12 @@ Result<void> Daemon::run() {
             int conn;
             while ((conn = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC)) >= 0) serve(conn);
         }
-        if (fds.size() > 2 && fds[2].revents) finish_builder();
+        if (fds[2].revents & POLLIN) {
+            std::vector<unique_fd> conns;
+            auto m = receive_with_fds(sandbox_handoff_.get(), conns, "sandbox handoff");
+            for (auto& c : conns) serve(c.release());
+        }
+        if (fds.size() > 3 && fds[3].revents) finish_builder();
         evict_idle();
     }
     log::info("zygote daemon stopping");
