@@ -756,3 +756,31 @@ sys.stdout.write(repr(s.recv(70000)))
 	wait "$daemon" || fail "the daemon exited with $? on SIGTERM: $(cat "$sock.err")"
 	no_process_matching "sleep $marker" 5
 }
+
+@test "sandbox: --allow-group serves that group's members on a root daemon, and only them" {
+	rl_setup_user || fail "cannot make the test user"
+	export RL_PATH=/usr/sbin:/usr/bin:/sbin:/bin
+	RL_XDG=$TDIR/xdg RL_HOME=$TDIR/home
+	mkdir -p "$RL_XDG" "$RL_HOME" "$TDIR/shared"
+	chown "$RL_UID:$RL_GID" "$RL_XDG" "$RL_HOME"
+	chgrp "$RL_GID" "$TDIR/shared" && chmod 0750 "$TDIR/shared"
+	chmod 0755 "$TDIR"
+	local sock=$TDIR/shared/forkbox.sock
+	start_daemon_as_root "$sock" --allow-group "$RL_GID"
+	[[ $(stat -c '%a %g' "$sock") == "660 $RL_GID" ]] || fail "socket mode/group: $(stat -c '%a %g' "$sock")"
+	run --separate-stderr as_user timeout 30 "$SB_FB" sandbox --socket "$sock" -- sh -c 'echo served; id -u'
+	assert_success
+	assert_output "served
+0"
+	# The group's members get sandboxes, not the daemon's zygote templates.
+	run as_user python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.connect(sys.argv[1]); s.settimeout(5)
+s.send(b"stats")
+try:
+    print(s.recv(4096))
+except OSError as e:
+    print("closed", e)
+' "$sock"
+	refute_output --partial "served="
+}

@@ -541,6 +541,13 @@ Result<void> Daemon::listen_socket() {
     int r = ::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
     ::umask(old);
     if (r < 0) return sys_error("bind " + path);
+    // --allow-group: the group can connect (the sandbox service checks each peer's groups;
+    // zygote requests stay the owner's).
+    if (!opt_.sandbox.allowed_groups.empty()) {
+        if (::chown(path.c_str(), static_cast<uid_t>(-1), opt_.sandbox.allowed_groups.front()) < 0 ||
+            ::chmod(path.c_str(), 0660) < 0)
+            return sys_error("give group " + std::to_string(opt_.sandbox.allowed_groups.front()) + " " + path);
+    }
     if (::listen(listener_.get(), 128) < 0) return sys_error("listen on " + path);
     return {};
 }
