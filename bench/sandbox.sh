@@ -14,6 +14,7 @@
 #   -t SECONDS       throughput window per kind of client (default 10)
 #   --no-rootless    leave out the unprivileged section
 #   --rootless-only  only the unprivileged section
+#   --no-settle      no wait for an idle daemon with a full pool before each timed latency run
 # environment: FORKBOX (default build/forkbox; copied, so a rebuild mid-run changes nothing),
 #   SANDBOX_CLIENT (default build/sandbox-client), RUNC (the bundle's config template),
 #   BENCH_USER (default fbrootless, uid 23456: made when missing, as bench/rootless.sh does)
@@ -31,6 +32,7 @@ watchdog_runs=200
 seconds=10
 root_section=1
 rootless_section=1
+extra=()
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	-n) runs=$2; shift 2 ;;
@@ -39,6 +41,7 @@ while [[ $# -gt 0 ]]; do
 	-t) seconds=$2; shift 2 ;;
 	--no-rootless) rootless_section=0; shift ;;
 	--rootless-only) root_section=0; shift ;;
+	--no-settle) extra+=(--no-settle); shift ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "sandbox.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
@@ -136,7 +139,7 @@ if [[ $root_section -eq 1 ]]; then
 	echo
 	PYTHONPATH=$work/py "$python" "$work/sandbox_bench.py" --socket "$sock" --client "$work/sandbox-client" \
 		--forkbox "$work/forkbox" "${bundle_arg[@]}" -n "$runs" --firejail-n "$firejail_runs" \
-		--watchdog "$watchdog_runs" --seconds "$seconds" --label root
+		--watchdog "$watchdog_runs" --seconds "$seconds" --label root "${extra[@]}"
 	echo "  (firejail runs as root here: it is setuid, so an unprivileged user's firejail pays the same)"
 	if grep -v '^$' "$work/daemon.log" >/dev/null 2>&1; then
 		echo "daemon log (root), last lines:"
@@ -169,7 +172,7 @@ if [[ $rootless_section -eq 1 ]]; then
 	env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/nonexistent USER="$user" XDG_RUNTIME_DIR="$work/xdg" \
 		PYTHONPATH="$work/py" "${as_user[@]}" "$python" "$work/sandbox_bench.py" --socket "$usock" \
 		--client "$work/sandbox-client" --forkbox "$work/forkbox" -n "$runs" --firejail-n "$firejail_runs" \
-		--sections latency --label "$user"
+		--sections latency --label "$user" "${extra[@]}"
 fi
 echo
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,8 +1,9 @@
 """sandbox_bench.py - the timing loop of bench/sandbox.sh (run it through that script).
 
 Sections (--sections, comma-separated):
-  latency     one loop, subjects in round-robin order (rotated every iteration, so drift hits
-              all alike): forkbox sandboxes from Python (the SDK, and the protocol inline),
+  latency     one loop, subjects in a new random order every iteration (so drift, and whatever
+              one subject leaves behind, hits all alike), each started on an idle daemon with
+              its pool full (--no-settle: not waited for): forkbox sandboxes from Python (the SDK, and the protocol inline),
               from the C client and the CLI as processes, the same commands bare
               (posix_spawn + waitpid: the floor), under bwrap, under firejail, as `forkbox run`
               of an OCI bundle; then the python snippet through the SDK, bare and under bwrap;
@@ -16,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -48,6 +50,8 @@ ap.add_argument("--timeout-ms", type=int, default=500)
 ap.add_argument("--seconds", type=float, default=10, help="throughput window per client kind")
 ap.add_argument("--sections", default="latency,watchdog,throughput")
 ap.add_argument("--label", default="root")
+ap.add_argument("--no-settle", dest="settle", action="store_false",
+                help="no wait for an idle daemon with a full pool before each timed run")
 args = ap.parse_args()
 sections = set(args.sections.split(","))
 
@@ -92,15 +96,15 @@ def raw_run(cmd=None, argv=None, timeout_ms=None):
     if timeout_ms is not None:
         body["timeout_ms"] = timeout_ms
     r = raw_exchange("run", body)
-    return r["exit_code"], r["stdout"], r["duration_ms"], r["timed_out"]
+    return r["exit_code"], r["stdout"], r["duration_ms"], r["timed_out"], r.get("cpu_ms")
 
 
 def fb_run(cmd=None, argv=None, timeout_ms=None):
-    """(exit_code, stdout bytes, daemon's duration_ms, timed_out) of one sandbox."""
+    """(exit_code, stdout bytes, daemon's duration_ms, timed_out, cpu_ms) of one sandbox."""
     if SDK is None:
         return raw_run(cmd, argv, timeout_ms)
     r = SDK.run(cmd, argv=argv, timeout_ms=timeout_ms)
-    return r.exit_code, r.stdout_bytes, r.duration_ms, r.timed_out
+    return r.exit_code, r.stdout_bytes, r.duration_ms, r.timed_out, getattr(r, "cpu_ms", None)
 
 
 def info():
@@ -172,11 +176,16 @@ class Subject:
         self.samples, self.failures, self.error = [], 0, None
 
 
-def sdk_subject(cmd=None, argv=None, expect=b""):
+true_durations = []  # the daemon's duration_ms of run("true"): release to exit of a no-op
+
+
+def sdk_subject(cmd=None, argv=None, expect=b"", durations=None):
     def fn():
         t0 = perf()
-        code, out, _, _ = fb_run(cmd, argv)
+        code, out, duration_ms, _, _ = fb_run(cmd, argv)
         t1 = perf()
+        if durations is not None:
+            durations.append(duration_ms)
         if code != 0:
             raise RuntimeError("exit %d" % code)
         if out != expect:
@@ -188,7 +197,7 @@ def sdk_subject(cmd=None, argv=None, expect=b""):
 def raw_subject(cmd):
     def fn():
         t0 = perf()
-        code, out, _, _ = raw_run(cmd)
+        code, out, _, _, _ = raw_run(cmd)
         t1 = perf()
         if code != 0 or out != b"":
             raise RuntimeError("exit %d, printed %r" % (code, out))
@@ -215,7 +224,7 @@ SH_TRUE = ["/bin/sh", "-c", "true"]
 PY_SH = ["/bin/sh", "-c", "python3 -c '%s'" % SNIPPET]
 
 subjects = [
-    Subject('SDK run("true")' if SDK else 'py run("true")', "true", sdk_subject("true")),
+    Subject('SDK run("true")' if SDK else 'py run("true")', "true", sdk_subject("true", durations=true_durations)),
     Subject('SDK run(argv=["true"])' if SDK else 'py run(argv=["true"])', "true", sdk_subject(argv=["true"])),
 ]
 if SDK is not None:
@@ -284,24 +293,15 @@ def cleanup_forkbox_run():
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def proc_cpu(pid):
-    """(own utime+stime, reaped children's cutime+cstime) in seconds."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    ut, st, cut, cst = (int(x) for x in fields[11:15])
-    return (ut + st) / TICK, (cut + cst) / TICK
-
-
 def machine_busy():
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:]]
     return (sum(v) - v[3] - v[4]) / TICK, sum(v) / TICK
 
 
-def kthread_cpu():
-    """utime+stime of the kernel's threads (kworkers: cgroup, mount and network namespace
-    teardown run there, for nobody's account), in seconds."""
-    total = 0
+def proc_table():
+    """{pid: (ppid, own utime+stime, reaped children's cutime+cstime)}, seconds, of every process."""
+    table = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -310,45 +310,100 @@ def kthread_cpu():
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if fields[1] == "2" or d == "2":  # ppid 2: kthreadd's
-            total += int(fields[11]) + int(fields[12])
-    return total / TICK
+        ut, st, cut, cst = (int(x) for x in fields[11:15])
+        table[int(d)] = (int(fields[1]), (ut + st) / TICK, (cut + cst) / TICK)
+    return table
 
 
-def daemon_cpu(pids):
-    own = kids = 0.0
-    for p in pids:
-        try:
-            a, b = proc_cpu(p)
-        except OSError:
-            continue
-        own += a
-        kids += b
-    return own, kids
+def tree(table, root):
+    kids = {}
+    for pid, (ppid, _, _) in table.items():
+        kids.setdefault(ppid, []).append(pid)
+    out, todo = set(), [root]
+    while todo:
+        p = todo.pop()
+        if p in table and p not in out:
+            out.add(p)
+            todo += kids.get(p, [])
+    return out
 
 
-class Load:
-    """What the machine did meanwhile: all CPUs' busy share, and the share of it that was
-    neither this process and its children nor the daemon (another job on the machine)."""
+class Cpu:
+    """CPU seconds between two /proc snapshots, split by whose: the daemon's processes, what
+    they reaped, the kernel's threads (kworkers: cgroup, mount and network namespace teardown
+    run there, for nobody's account), this process and its children, the machine's total."""
 
-    def __init__(self):
-        i = info()
-        self.pids = [i["pid"], i["service_pid"]]
-        self.k0, self.m0, self.t0, self.d0 = kthread_cpu(), machine_busy(), os.times(), daemon_cpu(self.pids)
+    def __init__(self, daemon_pid):
+        self.daemon_pid = daemon_pid
+        self.t0, self.m0, self.r0 = proc_table(), machine_busy(), os.times()
 
-    def report(self):
-        m1, t1, d1, k1 = machine_busy(), os.times(), daemon_cpu(self.pids), kthread_cpu()
-        total = max(1e-9, m1[1] - self.m0[1])
-        busy = max(1e-9, m1[0] - self.m0[0])
-        ours = (t1.user - self.t0.user + t1.system - self.t0.system + t1.children_user - self.t0.children_user
-                + t1.children_system - self.t0.children_system) + sum(d1) - sum(self.d0)
-        kernel = k1 - self.k0
+    def stop(self):
+        t1, m1, r1 = proc_table(), machine_busy(), os.times()
+        t0 = self.t0
+        d0, d1 = tree(t0, self.daemon_pid), tree(t1, self.daemon_pid)
+        # The daemon's own: its processes alive at both ends (daemon, service, builder, unused
+        # embryos). With what they reaped: every process of its tree at the end (a process
+        # that exited is in its reaper's children's time).
+        self.daemon = sum(t1[p][1] - t0[p][1] for p in d1 & d0)
+        self.daemon_all = sum(t1[p][1] + t1[p][2] - (t0[p][1] + t0[p][2] if p in d0 else 0) for p in d1)
+        # Kernel threads (ppid 2, kthreadd's): a lower bound, an exited kworker takes its time along.
+        k1 = [p for p, v in t1.items() if v[0] == 2 or p == 2]
+        self.kernel = sum(t1[p][1] - (t0[p][1] if p in t0 else 0) for p in k1)
+        self.client = (r1.user - self.r0.user + r1.system - self.r0.system + r1.children_user
+                       - self.r0.children_user + r1.children_system - self.r0.children_system)
+        self.busy = max(1e-9, m1[0] - self.m0[0])
+        self.total = max(1e-9, m1[1] - self.m0[1])
+        return self
+
+    def others(self, extra=0.0):
+        """The busy time none of the above account for (other jobs), a share of busy time."""
+        return max(0.0, self.busy - self.daemon_all - self.kernel - self.client - extra) / self.busy
+
+    def report(self, extra=0.0):
         return ("machine %.0f%% busy (%d CPUs); of that: kernel threads %.0f%%, other processes %.0f%% "
-                "(neither this benchmark, its children nor the daemon)" % (
-                    100 * busy / total, os.cpu_count(), 100 * kernel / busy, 100 * max(0.0, busy - ours - kernel) / busy))
+                "(neither this benchmark, its children nor the daemon's)" % (
+                    100 * self.busy / self.total, os.cpu_count(), 100 * self.kernel / self.busy,
+                    100 * self.others(extra)))
+
+
+def daemon_pid():
+    return info()["pid"]
 
 
 # --- latency --------------------------------------------------------------------------------
+
+settle_timeouts = [0]
+
+
+def pool_state():
+    i = info()
+    p = i.get("pool") or {}
+    return p.get("ready", 0), p.get("building", 0), i.get("live", 0)
+
+
+def pool_full():
+    """The daemon's ready pool when it is idle (its --sandbox-pool for the default kind)."""
+    deadline = time.monotonic() + 10
+    while True:
+        ready, building, live = pool_state()
+        if (building == 0 and live == 0) or time.monotonic() > deadline:
+            return ready
+        time.sleep(0.005)
+
+
+def settle(full):
+    """Waits (at most 2 s) until the daemon builds nothing, runs nothing and has its pool full:
+    every subject starts from the same state, whatever ran before it."""
+    deadline = time.monotonic() + 2
+    while True:
+        ready, building, live = pool_state()
+        if ready >= full and building == 0 and live == 0:
+            return
+        if time.monotonic() > deadline:
+            settle_timeouts[0] += 1
+            return
+        time.sleep(0.0005)
+
 
 results = {}
 
@@ -363,18 +418,23 @@ def latency():
             notes.append("%s: skipped, fails here: %s" % (s.name, s.error))
     subjects = [s for s in subjects if not s.failures]
     step = max(1, args.n // max(1, args.firejail_n))
-    load = Load()
+    full = pool_full()
+    rng = random.Random(1)
+    load = Cpu(daemon_pid())
     t_start = time.monotonic()
     for i in range(args.n):
-        k = i % len(subjects)
-        for s in subjects[k:] + subjects[:k]:
+        order = list(subjects)
+        rng.shuffle(order)
+        for s in order:
             if s.sparse and i % step:
                 continue
+            if args.settle:
+                settle(full)
             t = once(s)
             if t is not None:
                 s.samples.append(t)
     wall = time.monotonic() - t_start
-    load = load.report()
+    load = load.stop().report()
     cleanup_forkbox_run()
 
     # The C client's own loop: back-to-back requests, latency measured inside the client.
@@ -385,8 +445,13 @@ def latency():
     else:
         notes.append("C client loop: exit %d: %s" % (p.returncode, p.stderr.strip()))
 
-    print("latency (%s): %d iterations in %.1f s, subjects in rotating round-robin order; "
+    print("latency (%s): %d iterations in %.1f s, subjects in a new random order every iteration; "
           "forkbox client from Python: %s" % (args.label, args.n, wall, client_kind))
+    if args.settle:
+        print("  before every timed run (untimed): the daemon idle with its pool full (%d ready)%s; the C client's "
+              "loop: back-to-back, no wait" % (full, ", %d waits timed out" % settle_timeouts[0] if settle_timeouts[0] else ""))
+    else:
+        print("  no wait for the daemon between runs (--no-settle): a sandbox may wait for the pool's refill")
     print("  meanwhile: " + load)
     print("  spawned subjects: os.posix_spawn + waitpid, stdin/stdout/stderr /dev/null (the snippet's stdout: a pipe, "
           "checked); in-process subjects: the call alone")
@@ -467,27 +532,31 @@ def histogram(columns):
 def watchdog():
     busy = "while :; do :; done"
     daemon_over, client_over, bad = [], [], []
-    load = Load()
+    load = Cpu(daemon_pid())
+    sandbox_cpu = 0.0
     t_start = time.monotonic()
     for _ in range(args.watchdog):
         t0 = perf()
         try:
-            code, _, duration_ms, timed_out = fb_run(busy, timeout_ms=args.timeout_ms)
+            code, _, duration_ms, timed_out, cpu_ms = fb_run(busy, timeout_ms=args.timeout_ms)
         except Exception as e:  # noqa: BLE001
             bad.append(str(e))
             continue
         wall = perf() - t0
+        sandbox_cpu += (cpu_ms or 0.0) / 1000
         if not timed_out or code != 124:
             bad.append("exit %d, timed_out %s" % (code, timed_out))
             continue
         daemon_over.append((duration_ms - args.timeout_ms) * 1000.0)
         client_over.append(wall / 1000.0 - args.timeout_ms * 1000.0)
     wall = time.monotonic() - t_start
-    load = load.report()
+    # A command killed at its deadline is not in its reaper's children's time (seen here): its
+    # cgroup's cpu_ms (the result's) is counted instead.
+    load = load.stop().report(extra=sandbox_cpu)
     print()
     print("watchdog (%s): %d runs of sh -c %r with timeout_ms=%d in %.1f s (%s)" % (
         args.label, args.watchdog, busy, args.timeout_ms, wall, "SDK" if SDK else "inline client"))
-    print("  meanwhile: %s (the busy loop itself keeps one CPU busy)" % load)
+    print("  meanwhile: %s; the busy loop itself keeps one CPU busy" % load)
     print("  daemon: duration_ms (release to exit, the daemon's clock) - %d ms; client: the call's wall "
           "time - %d ms (includes the sandbox's start and the result's trip)" % (args.timeout_ms, args.timeout_ms))
     if bad:
@@ -499,6 +568,9 @@ def watchdog():
     for q, label in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
         print("    %-12s %7.0f us %7.0f us" % (label, pct(daemon_over, q), pct(client_over, q)))
     print("    %-12s %7.0f us %7.0f us" % ("max", max(daemon_over), max(client_over)))
+    if true_durations:
+        print("  for scale: the daemon's duration_ms of run(\"true\") in the latency loop (release to exit of a "
+              "no-op): p50 %.0f us, p90 %.0f us" % (1000 * pct(true_durations, 0.5), 1000 * pct(true_durations, 0.9)))
     p99 = pct(daemon_over, 0.99)
     print("  target: watchdog overshoot p99 <= 200 us (daemon-measured): %.0f us, %s" % (p99, "met" if p99 <= 200 else "MISSED"))
 
@@ -511,16 +583,21 @@ def throughput():
     print()
     print("throughput (%s): 2 concurrent clients, sh -c true, %.0f s each; daemon pid %d, service pid %d "
           "(pool %s)" % (args.label, args.seconds, pids[0], pids[1], i.get("pool")))
-    print("  CPU ms per sandbox: daemon: utime+stime of the daemon and its service process; +children: with what "
-          "they reaped (the sandboxes' processes); kthreads: the kernel's threads (namespace and cgroup teardown); "
-          "clients: the clients' own.")
+    print("  CPU ms per sandbox: daemon: utime+stime of the daemon's processes (daemon, service, builder); "
+          "+children: with the processes they reaped (the embryos, the commands); kthreads: the kernel's threads "
+          "(namespace and cgroup teardown); clients: the clients' own.")
     print("  machine: all CPUs' busy share (%d CPUs); others: the share of that busy time none of those "
           "account for (other jobs on the machine)" % os.cpu_count())
     print("  %-24s %6s %7s %7s %9s %9s %8s %8s %7s %7s" % (
         "clients", "runs", "per s", "p50 ms", "daemon", "+children", "kthreads", "clients", "machine", "others"))
 
+    def build_stats():
+        i = info()
+        return i.get("built"), i.get("build_ms_mean"), i.get("build_cpu_ms_mean")
+
     def window(kind):
-        k0, c0, m0, r0 = kthread_cpu(), daemon_cpu(pids), machine_busy(), os.times()
+        b0 = build_stats()
+        cpu = Cpu(pids[0])
         t0 = time.monotonic()
         lat = []
         if kind == "C":
@@ -539,7 +616,7 @@ def throughput():
                 while time.monotonic() < stop:
                     t = perf()
                     try:
-                        code, _, _, _ = fb_run("true")
+                        fb_run("true")
                     except Exception as e:  # noqa: BLE001
                         errors.append(str(e))
                         return
@@ -552,21 +629,23 @@ def throughput():
             if errors:
                 notes.append("throughput SDK threads: " + errors[0])
         elapsed = time.monotonic() - t0
-        c1, m1, r1, k1 = daemon_cpu(pids), machine_busy(), os.times(), kthread_cpu()
+        cpu.stop()
         n = max(1, len(lat))
-        own, kids = c1[0] - c0[0], c1[1] - c0[1]
-        client = (r1.user - r0.user + r1.system - r0.system + r1.children_user - r0.children_user +
-                  r1.children_system - r0.children_system)
-        busy = (m1[0] - m0[0]) / max(1e-9, m1[1] - m0[1])
-        kernel = k1 - k0
-        others = max(0.0, (m1[0] - m0[0]) - client - own - kids - kernel) / max(1e-9, m1[0] - m0[0])
         print("  %-24s %6d %7.0f %7.3f %9.3f %9.3f %8.3f %8.3f %6.0f%% %6.0f%%" % (
             kind_names[kind], len(lat), len(lat) / elapsed, ms(statistics.median(lat)) if lat else 0,
-            own * 1000 / n, (own + kids) * 1000 / n, kernel * 1000 / n, client * 1000 / n, busy * 100,
-            others * 100))
+            cpu.daemon * 1000 / n, cpu.daemon_all * 1000 / n, cpu.kernel * 1000 / n, cpu.client * 1000 / n,
+            100 * cpu.busy / cpu.total, 100 * cpu.others()))
+        b1 = build_stats()
+        if None not in b0 + b1 and b1[0] > b0[0]:
+            nb = b1[0] - b0[0]
+            builds.append("%s: %d built, %.2f ms wall and %.2f ms CPU each" % (
+                kind_names[kind], nb, (b1[0] * b1[1] - b0[0] * b0[1]) / nb, (b1[0] * b1[2] - b0[0] * b0[2]) / nb))
+    builds = []
     kind_names = {"C": "2 C client processes", "py": "2 Python threads (%s)" % ("SDK" if SDK else "inline")}
     window("C")
     window("py")
+    if builds:
+        print("  the daemon's sandbox builds (info's built, build_ms_mean, build_cpu_ms_mean): " + "; ".join(builds))
 
 
 if "latency" in sections:
