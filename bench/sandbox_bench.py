@@ -294,9 +294,13 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def machine_busy():
+    """(busy, of it in irq and softirq, elapsed, stolen) CPU seconds of all CPUs so far. Busy: user,
+    nice, system, irq, softirq; guest time is inside user already and stolen time (the
+    hypervisor's) is not this machine's."""
     with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return (sum(v) - v[3] - v[4]) / TICK, sum(v) / TICK
+        user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in f.readline().split()[1:9])
+    return ((user + nice + system + irq + softirq) / TICK, (irq + softirq) / TICK,
+            (user + nice + system + idle + iowait + irq + softirq + steal) / TICK, steal / TICK)
 
 
 def proc_table():
@@ -352,18 +356,20 @@ class Cpu:
         self.client = (r1.user - self.r0.user + r1.system - self.r0.system + r1.children_user
                        - self.r0.children_user + r1.children_system - self.r0.children_system)
         self.busy = max(1e-9, m1[0] - self.m0[0])
-        self.total = max(1e-9, m1[1] - self.m0[1])
+        self.irq = m1[1] - self.m0[1]
+        self.total = max(1e-9, m1[2] - self.m0[2])
+        self.steal = m1[3] - self.m0[3]
         return self
 
     def others(self, extra=0.0):
         """The busy time none of the above account for (other jobs), a share of busy time."""
-        return max(0.0, self.busy - self.daemon_all - self.kernel - self.client - extra) / self.busy
+        return max(0.0, self.busy - self.irq - self.daemon_all - self.kernel - self.client - extra) / self.busy
 
     def report(self, extra=0.0):
-        return ("machine %.0f%% busy (%d CPUs); of that: kernel threads %.0f%%, other processes %.0f%% "
-                "(neither this benchmark, its children nor the daemon's)" % (
-                    100 * self.busy / self.total, os.cpu_count(), 100 * self.kernel / self.busy,
-                    100 * self.others(extra)))
+        return ("machine %.0f%% busy (%d CPUs; %.0f%% stolen by the hypervisor); of that: kernel threads %.0f%%, "
+                "irq+softirq %.0f%%, other processes %.0f%% (neither this benchmark, its children nor the daemon's)" % (
+                    100 * self.busy / self.total, os.cpu_count(), 100 * self.steal / self.total,
+                    100 * self.kernel / self.busy, 100 * self.irq / self.busy, 100 * self.others(extra)))
 
 
 def daemon_pid():
@@ -587,9 +593,10 @@ def throughput():
           "+children: with the processes they reaped (the embryos, the commands); kthreads: the kernel's threads "
           "(namespace and cgroup teardown); clients: the clients' own.")
     print("  machine: all CPUs' busy share (%d CPUs); others: the share of that busy time none of those "
-          "account for (other jobs on the machine)" % os.cpu_count())
-    print("  %-24s %6s %7s %7s %9s %9s %8s %8s %7s %7s" % (
-        "clients", "runs", "per s", "p50 ms", "daemon", "+children", "kthreads", "clients", "machine", "others"))
+          "account for (other jobs on the machine); stolen: time the hypervisor gave another guest" % os.cpu_count())
+    print("  %-24s %6s %7s %7s %9s %9s %8s %8s %7s %7s %7s" % (
+        "clients", "runs", "per s", "p50 ms", "daemon", "+children", "kthreads", "clients", "machine", "others",
+        "stolen"))
 
     def build_stats():
         i = info()
@@ -631,10 +638,10 @@ def throughput():
         elapsed = time.monotonic() - t0
         cpu.stop()
         n = max(1, len(lat))
-        print("  %-24s %6d %7.0f %7.3f %9.3f %9.3f %8.3f %8.3f %6.0f%% %6.0f%%" % (
+        print("  %-24s %6d %7.0f %7.3f %9.3f %9.3f %8.3f %8.3f %6.0f%% %6.0f%% %6.0f%%" % (
             kind_names[kind], len(lat), len(lat) / elapsed, ms(statistics.median(lat)) if lat else 0,
             cpu.daemon * 1000 / n, cpu.daemon_all * 1000 / n, cpu.kernel * 1000 / n, cpu.client * 1000 / n,
-            100 * cpu.busy / cpu.total, 100 * cpu.others()))
+            100 * cpu.busy / cpu.total, 100 * cpu.others(), 100 * cpu.steal / cpu.total))
         b1 = build_stats()
         if None not in b0 + b1 and b1[0] > b0[0]:
             nb = b1[0] - b0[0]
