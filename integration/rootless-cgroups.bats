@@ -173,7 +173,6 @@ no_pidns_config() {
 }
 
 @test "a rootless container in a delegated cgroup gets its memory, pids and cpu limits" {
-	skip_until_issue 13 "delegated v1 cgroups: forkbox also wants the unified and name=systemd hierarchies, which runc leaves alone"
 	start_detached "$CID"
 	local pid m
 	pid=$(container_pid "$CID")
@@ -192,7 +191,6 @@ no_pidns_config() {
 }
 
 @test "a rootless container's exec'd process joins the container's cgroups" {
-	skip_until_issue 13 "delegated v1 cgroups: forkbox also wants the unified and name=systemd hierarchies, which runc leaves alone"
 	start_detached "$CID"
 	run --separate-stderr rl_runtime exec "$CID" /bin/sh -c 'cat /proc/self/cgroup; echo --; cat /proc/1/cgroup'
 	assert_success_stderr
@@ -211,7 +209,6 @@ no_pidns_config() {
 }
 
 @test "update as the user changes a rootless container's memory, pids and cpu limits" {
-	skip_until_issue 13 "delegated v1 cgroups: forkbox also wants the unified and name=systemd hierarchies, which runc leaves alone"
 	start_detached "$CID"
 	run --separate-stderr rl_runtime update --memory 128m "$CID"
 	assert_success_stderr
@@ -237,7 +234,6 @@ no_pidns_config() {
 }
 
 @test "pause and resume as the user freeze and thaw a rootless container" {
-	skip_until_issue 13 "delegated v1 cgroups: forkbox also wants the unified and name=systemd hierarchies, which runc leaves alone"
 	start_detached "$CID"
 	run --separate-stderr rl_runtime pause "$CID"
 	assert_success_stderr
@@ -256,7 +252,6 @@ no_pidns_config() {
 }
 
 @test "ps as the user lists a rootless container's processes from its cgroup" {
-	skip_until_issue 13 "delegated v1 cgroups: forkbox also wants the unified and name=systemd hierarchies, which runc leaves alone"
 	start_detached "$CID"
 	local pid
 	pid=$(container_pid "$CID")
@@ -277,7 +272,6 @@ no_pidns_config() {
 }
 
 @test "events --stats as the user prints one stats object with memory and pids data" {
-	skip_until_issue 13 "delegated v1 cgroups: forkbox also wants the unified and name=systemd hierarchies, which runc leaves alone"
 	start_detached "$CID"
 	run --separate-stderr as_user timeout 30 "$FORKBOX" events --stats "$CID"
 	assert_success_stderr
@@ -291,7 +285,6 @@ no_pidns_config() {
 }
 
 @test "delete --force as the user kills a rootless container and removes its cgroup directories" {
-	skip_until_issue 13 "delegated v1 cgroups: forkbox also wants the unified and name=systemd hierarchies, which runc leaves alone"
 	start_detached "$CID"
 	local pid m dirs=()
 	pid=$(container_pid "$CID")
@@ -313,7 +306,6 @@ no_pidns_config() {
 }
 
 @test "kill --all as the user of a rootless container without a pid namespace kills every process in its cgroup" {
-	skip_until_issue 13 "delegated v1 cgroups: forkbox also wants the unified and name=systemd hierarchies, which runc leaves alone"
 	no_pidns_config
 	start_detached "$CID"
 	local pid

@@ -188,7 +188,7 @@ Result<std::vector<std::string>> own_cgroup_dirs(const CgroupLayout& layout) {
 }
 
 Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::string& path,
-                                       const std::string& spare) {
+                                       const std::string& spare, const std::vector<bool>& skippable) {
     CgroupPlacement p;
     // Spares under the parent that no hierarchy renamed are removed, success or not.
     std::string parent = path.substr(0, path.find_last_of('/'));
@@ -200,8 +200,11 @@ Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::st
         }
     } remove_unused{&unused_spares};
     p.spare_taken_everywhere_ = !spare.empty();
-    for (const auto& h : layout.hierarchies) {
+    for (size_t index = 0; index < layout.hierarchies.size(); ++index) {
+        const CgroupHierarchy& h = layout.hierarchies[index];
         bool is_cpuset = hierarchy_has(h, "cpuset");
+        bool may_skip = index < skippable.size() && skippable[index];
+        bool hole = false;
         std::string dir = h.mountpoint;
         if (!spare.empty() && !h.unified) {
             // The zygote daemon's spare (parent made, cpuset filled): one rename.
@@ -225,6 +228,9 @@ Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::st
                 if (::mkdir(dir.c_str(), 0755) == 0) {
                     p.created_.push_back(dir);
                     if (is_cpuset) FB_TRY(inherit_cpuset(dir));
+                } else if (may_skip && (errno == EACCES || errno == EPERM || errno == EROFS)) {
+                    hole = true;
+                    break;
                 } else if (errno != EEXIST) {
                     return sys_error("create cgroup " + dir);
                 } else if (is_cpuset) {
@@ -234,6 +240,10 @@ Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::st
                 }
             }
             i = j + 1;
+        }
+        if (hole) {
+            p.dirs_.emplace_back();
+            continue;
         }
         p.dirs_.push_back(dir);
         if (h.unified) {
@@ -287,7 +297,7 @@ Result<void> remove_cgroups(const std::vector<std::string>& created) {
 Result<std::vector<unique_fd>> CgroupPlacement::open_v1_task_files(const CgroupLayout& layout) const {
     std::vector<unique_fd> fds;
     for (size_t i = 0; i < layout.hierarchies.size() && i < dirs_.size(); ++i) {
-        if (layout.hierarchies[i].unified) continue;
+        if (layout.hierarchies[i].unified || dirs_[i].empty()) continue;
         std::string path = dirs_[i] + "/tasks";
         unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
         if (!fd) return sys_error("open " + path);
@@ -301,6 +311,12 @@ Result<void> join_v1_cgroups(const std::vector<int>& task_fds) {
         if (::write(fd, "0", 1) < 0) return sys_error("join cgroup");
         ::close(fd);
     }
+    return {};
+}
+
+std::string first_cgroup_dir(const std::vector<std::string>& dirs) {
+    for (const auto& d : dirs)
+        if (!d.empty()) return d;
     return {};
 }
 

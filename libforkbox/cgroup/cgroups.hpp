@@ -77,7 +77,8 @@ public:
     // Write-only fds of the v1 hierarchies' `tasks` files, for join_v1_cgroups in the child.
     Result<std::vector<unique_fd>> open_v1_task_files(const CgroupLayout& layout) const;
 
-    friend Result<CgroupPlacement> create_cgroups(const CgroupLayout&, const std::string&, const std::string&);
+    friend Result<CgroupPlacement> create_cgroups(const CgroupLayout&, const std::string&, const std::string&,
+                                                  const std::vector<bool>&);
 
 private:
     std::vector<std::string> dirs_;
@@ -95,9 +96,12 @@ Result<void> join_v1_cgroups(const std::vector<int>& task_fds);
 
 // Makes (mkdir -p) the cgroup at `path` (absolute, relative to each hierarchy's root). With
 // `spare`, the name of a zygote template's spare cgroup under path's parent, each v1
-// hierarchy renames the spare instead; spares not renamed are removed.
+// hierarchy renames the spare instead; spares not renamed are removed. A hierarchy marked in
+// `skippable` (per layout index) where the directory cannot be made for want of permission
+// (a rootless container in a delegated subtree that does not reach every hierarchy) gets
+// "" as its dir: a hole, which every user of the dirs passes over.
 Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::string& path,
-                                       const std::string& spare = {});
+                                       const std::string& spare = {}, const std::vector<bool>& skippable = {});
 
 // A zygote template's spare cgroup that no container will take (named `spare` under the
 // cgroup parent `parent`, zygote::cgroup_parent): removed from every v1 hierarchy.
@@ -113,5 +117,9 @@ Result<void> remove_cgroups(const std::vector<std::string>& created);
 
 // Pids listed in <dir>/cgroup.procs.
 std::vector<pid_t> cgroup_pids(const std::string& dir);
+
+// The first of a container's dirs that is not a hole ("" when all are): any hierarchy lists
+// every process of the container.
+std::string first_cgroup_dir(const std::vector<std::string>& dirs);
 
 }  // namespace forkbox

@@ -410,6 +410,9 @@ Result<void> apply_cgroup_writes(const std::vector<CgroupWrite>& unordered, cons
     for (const auto& w : writes) {
         if (w.hierarchy >= layout.hierarchies.size() || w.hierarchy >= dirs.size())
             return fail(EINVAL, "cgroup: write " + w.file + ": no cgroup for hierarchy " + std::to_string(w.hierarchy));
+        if (dirs[w.hierarchy].empty())  // a hole: a rootless container's subtree does not reach it
+            return fail(EACCES, "cgroup: write " + w.file + ": the container has no cgroup in " +
+                                    layout.hierarchies[w.hierarchy].mountpoint + " (not delegated to the user)");
         if (!layout.hierarchies[w.hierarchy].unified) continue;
         unified = w.hierarchy;
         std::string ctrl = w.file.substr(0, w.file.find('.'));

@@ -143,10 +143,9 @@ Result<ContainerDir> open_existing(const StateStore& store, const std::string& i
 
 // Signals every process of the container: the cgroup lists them all.
 void signal_all(const ContainerState& s, int sig) {
-    for (const auto& d : s.cgroup_dirs) {
+    // One hierarchy lists every process.
+    if (std::string d = first_cgroup_dir(s.cgroup_dirs); !d.empty())
         for (pid_t p : cgroup_pids(d)) ::kill(p, sig);
-        break;  // one hierarchy lists every process
-    }
 }
 
 // A SIGKILL sent to a paused container is only acted on once it is thawed: the v1 freezer
@@ -331,7 +330,7 @@ Result<std::vector<pid_t>> container_pids(const StateStore& store, const std::st
     if (info.status == Status::Stopped) return std::vector<pid_t>{};
     // One hierarchy lists every process; without a cgroup, init is all we know of.
     if (info.state.cgroup_dirs.empty()) return std::vector<pid_t>{info.state.pid};
-    return cgroup_pids(info.state.cgroup_dirs.front());
+    return cgroup_pids(first_cgroup_dir(info.state.cgroup_dirs));
 }
 
 Result<void> delete_container(const StateStore& store, const std::string& id, bool force) {

@@ -40,6 +40,11 @@ namespace forkbox {
 
 namespace {
 
+// What a user without a delegated cgroup gets from cgroupfs.
+bool is_permission_error(const Error& e) {
+    return e.errnum() == EACCES || e.errnum() == EPERM || e.errnum() == EROFS;
+}
+
 // Removes a half-made container directory unless dismissed.
 struct ContainerDirGuard {
     ContainerDir* dir;
@@ -413,6 +418,18 @@ Result<void> ContainerCreation::place_cgroups() {
     warm_ = WarmStart::from(warm_request_->take());
     trace::mark("create: zygote answered");
     auto placed = create_cgroups(layout_, plan_.cgroups_path, warm_.spare_cgroup);
+    if (!placed && rootless_mode().any() && is_permission_error(placed.error())) {
+        // runc's contract for a delegated subtree: hierarchies the user was not given are
+        // left alone, unless a limit needs them.
+        std::vector<bool> skippable(layout_.hierarchies.size(), true);
+        for (const auto& w : cgroup_writes) skippable[w.hierarchy] = false;
+        if (device_program_ && layout_.unified())
+            for (size_t i = 0; i < layout_.hierarchies.size(); ++i)
+                if (layout_.hierarchies[i].unified) skippable[i] = false;
+        auto again = create_cgroups(layout_, plan_.cgroups_path, {}, skippable);
+        bool any = again && !first_cgroup_dir(again->dirs()).empty();
+        if (any) placed = std::move(again);
+    }
     if (placed) {
         cgroups_ = std::move(*placed);
     } else {

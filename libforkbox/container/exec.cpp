@@ -230,6 +230,7 @@ Result<int> exec_container(const StateStore& store, const ExecOptions& opt) {
     if (state.cgroup_dirs.size() == layout.hierarchies.size()) {
         for (size_t i = 0; i < layout.hierarchies.size(); ++i) {
             const std::string& d = state.cgroup_dirs[i];
+            if (d.empty()) continue;  // a hierarchy the container has no cgroup in (rootless)
             if (layout.hierarchies[i].unified) {
                 unified_dir.reset(::open(d.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
                 if (!unified_dir) return sys_error("open cgroup " + d);

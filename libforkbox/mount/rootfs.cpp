@@ -337,6 +337,7 @@ Result<void> mount_cgroups(const RootfsContext& ctx, int root_fd, const MountSte
         }
         if (!ctx.new_cgroup_namespace || !r) {
             if (index >= ctx.cgroup_dirs.size()) return fail(EINVAL, "no cgroup directory for " + dest);
+            if (ctx.cgroup_dirs[index].empty()) return {};  // none in this hierarchy: an empty mount point
             FB_TRY(mount_on_fd(ctx.cgroup_dirs[index].c_str(), target.get(), nullptr, MS_BIND | MS_REC,
                                nullptr, ctx.cgroup_dirs[index] + " on " + dest));
         }
@@ -601,6 +602,10 @@ Result<std::vector<unique_fd>> clone_cgroup_trees(const RootfsContext& ctx) {
         if (ctx.new_cgroup_namespace && layout.hierarchies[i].unified) {
             trees.emplace_back();  // mounted fresh inside the cgroup namespace, as cold
             if (layout.mode == CgroupMode::V2) break;
+            continue;
+        }
+        if (ctx.cgroup_dirs[i].empty()) {  // none in this hierarchy: an empty mount point
+            trees.emplace_back();
             continue;
         }
         FB_ASSIGN(unique_fd tree, clone_tree(AT_FDCWD, ctx.cgroup_dirs[i].c_str(), true, ctx.cgroup_dirs[i]));
