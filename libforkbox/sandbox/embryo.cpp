@@ -236,6 +236,12 @@ void send_text(int control, const std::string& m) { ::send(control, m.data(), m.
 // Set by the vfork child (which shares our memory) when its execve failed.
 volatile int exec_errno = 0;
 
+// The daemon's deadline (SIGUSR1): every process of the sandbox but this one is killed,
+// the command's end is reported as usual ("W"), and this process's own teardown comes
+// after the reply instead of before it. An init ignores signals it has no handler for, so
+// before the handler is there the daemon's fallback, SIGKILL, does it.
+void kill_the_sandbox(int) { ::kill(-1, SIGKILL); }
+
 // The sandbox's init from here on: the command runs as its child (pid 2), so it has a
 // process's ordinary signal semantics (pid 1 ignores the signals it has no handler for),
 // and it execs from a vfork child, without tearing down this process's address space on
@@ -361,6 +367,10 @@ void embryo_main(const EmbryoSetup& s) {
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
+    struct sigaction deadline {};
+    deadline.sa_handler = kill_the_sandbox;
+    deadline.sa_flags = SA_RESTART;
+    ::sigaction(SIGUSR1, &deadline, nullptr);
 
     std::string buf(kReleaseBufferBytes, '\0');
     int fds[3] = {-1, -1, -1};

@@ -1040,11 +1040,24 @@ void Server::on_client(Run& r, uint32_t events) {
     }
 }
 
+// At the deadline the sandbox's init kills everything else and reports the command's end
+// (SIGUSR1, embryo.cpp): the reply then waits for no teardown. Should it not answer within
+// kHardKillMs, SIGKILL to it kills the sandbox the kernel's way.
+constexpr long kHardKillMs = 50;
+
 void Server::on_timer(Run& r) {
     uint64_t expirations;
     if (::read(r.timer.get(), &expirations, sizeof expirations) != sizeof expirations) return;
+    auto it = embryos_.find(r.embryo);
+    if (r.timed_out || it == embryos_.end() || it->second->reaped) {
+        kill_sandbox(r);
+        return;
+    }
     r.timed_out = true;
-    kill_sandbox(r);
+    sys::pidfd_send_signal(it->second->pidfd.get(), SIGUSR1);
+    itimerspec hard{};
+    hard.it_value.tv_nsec = kHardKillMs * 1000000;
+    if (::timerfd_settime(r.timer.get(), 0, &hard, nullptr) < 0) kill_sandbox(r);
 }
 
 void Server::kill_sandbox(Run& r) {
