@@ -30,10 +30,9 @@ Result<void> send_with_fds(int sock, std::string_view data, std::span<const int>
     return {};
 }
 
-Result<std::string> receive_with_fds(int sock, std::vector<unique_fd>& fds, std::string_view what) {
+Result<size_t> receive_message(int sock, std::string& buf, std::vector<unique_fd>& fds, std::string_view what) {
     constexpr size_t kMaxFds = 8;
-    char buf[4096];
-    iovec iov{buf, sizeof buf};
+    iovec iov{buf.data(), buf.size()};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
     msghdr msg{};
     msg.msg_iov = &iov;
@@ -57,7 +56,14 @@ Result<std::string> receive_with_fds(int sock, std::vector<unique_fd>& fds, std:
         fds.clear();
         return fail(EPROTO, std::string(what) + ": truncated message");
     }
-    return std::string(buf, static_cast<size_t>(n));
+    return static_cast<size_t>(n);
+}
+
+Result<std::string> receive_with_fds(int sock, std::vector<unique_fd>& fds, std::string_view what) {
+    std::string buf(4096, '\0');
+    FB_ASSIGN(size_t n, receive_message(sock, buf, fds, what));
+    buf.resize(n);
+    return buf;
 }
 
 }  // namespace forkbox

@@ -18,4 +18,8 @@ Result<void> send_with_fds(int sock, std::string_view data, std::span<const int>
 // truncated message or fd list is an error (EPROTO); the fds that did arrive are closed.
 Result<std::string> receive_with_fds(int sock, std::vector<unique_fd>& fds, std::string_view what);
 
+// The same into `buf`, whose size is the most a message may be (the sandbox's releases are
+// larger than 4 KiB); returns the message's length, 0 at end of file.
+Result<size_t> receive_message(int sock, std::string& buf, std::vector<unique_fd>& fds, std::string_view what);
+
 }  // namespace forkbox

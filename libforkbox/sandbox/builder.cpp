@@ -192,38 +192,13 @@ Result<void> Builder::parent_side(pid_t pid, const Plan& plan, std::vector<uniqu
     return send_with_fds(control, "M", fds, "sandbox embryo");
 }
 
-// One message of the service's, with the fds it carries (close-on-exec, closed by the caller).
-ssize_t receive(int sock, std::string& buf, std::vector<unique_fd>& fds) {
-    iovec iov{buf.data(), buf.size()};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    ssize_t n;
-    do {
-        n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-    } while (n < 0 && errno == EINTR);
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); n >= 0 && c; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < count; ++i) {
-            int fd;
-            std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-            fds.emplace_back(fd);
-        }
-    }
-    return n;
-}
-
 void Builder::serve() {
     std::string buf(kReleaseBufferBytes, '\0');
     for (;;) {
         std::vector<unique_fd> fds;  // a finished sandbox's mount namespace: dropped here
-        ssize_t n = receive(sock_, buf, fds);
-        if (n <= 0) ::_exit(0);  // the service is gone
-        std::string_view m(buf.data(), static_cast<size_t>(n));
+        auto n = receive_message(sock_, buf, fds, "sandbox builder");
+        if (!n || *n == 0) ::_exit(0);  // the service is gone
+        std::string_view m(buf.data(), *n);
         if (m.front() == 'D') {
             std::vector<std::string> dirs;
             m.remove_prefix(1);

@@ -20,6 +20,7 @@
 
 #include "libforkbox/base/fd.hpp"
 #include "libforkbox/base/files.hpp"
+#include "libforkbox/base/unix_socket.hpp"
 #include "libforkbox/mount/rootfs.hpp"
 #include "libforkbox/process/caps.hpp"
 #include "libforkbox/process/namespaces.hpp"
@@ -201,31 +202,6 @@ Result<void> build(const EmbryoSetup& s, int lower_tree) {
     return {};
 }
 
-// Receives one message with up to 3 fds; the message is at most buf.size() bytes.
-ssize_t receive(int sock, std::string& buf, int* fds, int& nfds) {
-    iovec iov{buf.data(), buf.size()};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 3)];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    ssize_t n;
-    do {
-        n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-    } while (n < 0 && errno == EINTR);
-    nfds = 0;
-    if (n < 0) return n;
-    if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) return -1;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        int count = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-        std::memcpy(fds, CMSG_DATA(c), sizeof(int) * static_cast<size_t>(std::min(count, 3)));
-        nfds = std::min(count, 3);
-    }
-    return n;
-}
-
 void send_text(int control, const std::string& m) { ::send(control, m.data(), m.size(), MSG_NOSIGNAL); }
 
 [[noreturn]] void exec_failed(int control, int err, std::string_view what) {
@@ -373,19 +349,20 @@ void embryo_main(const EmbryoSetup& s) {
     ::sigaction(SIGUSR1, &deadline, nullptr);
 
     std::string buf(kReleaseBufferBytes, '\0');
-    int fds[3] = {-1, -1, -1};
-    int nfds = 0;
-    ssize_t n = receive(control, buf, fds, nfds);
-    if (n <= 0 || buf[0] != 'M') ::_exit(1);  // the daemon gave up on us
-    auto built = build(s, nfds > 0 ? fds[0] : -1);
+    std::vector<unique_fd> fds;
+    auto n = receive_message(control, buf, fds, "sandbox control");
+    if (!n || *n == 0 || buf[0] != 'M') ::_exit(1);  // the daemon gave up on us
+    auto built = build(s, fds.empty() ? -1 : fds[0].release());
     if (!built) die(control, built.error().what());
     if (::send(control, "R", 1, MSG_NOSIGNAL) < 0) ::_exit(1);
 
-    n = receive(control, buf, fds, nfds);
-    if (n <= 1 || buf[0] != 'G' || nfds != 3) ::_exit(1);
-    auto release = Release::decode(std::string_view(buf.data() + 1, static_cast<size_t>(n - 1)));
+    fds.clear();
+    n = receive_message(control, buf, fds, "sandbox control");
+    if (!n || *n <= 1 || buf[0] != 'G' || fds.size() != 3) ::_exit(1);
+    auto release = Release::decode(std::string_view(buf.data() + 1, *n - 1));
     if (!release) exec_failed(control, EPROTO, "release");
-    run(control, *release, fds);
+    int stdio[3] = {fds[0].release(), fds[1].release(), fds[2].release()};
+    run(control, *release, stdio);
 }
 
 }  // namespace forkbox::sandbox

@@ -495,6 +495,10 @@ std::string Server::info_json() {
     w.key("max_output").value(opt_.defaults.max_output);
     w.end_object();
     w.key("live").value(static_cast<uint64_t>(runs_.size()));
+    // Sandboxes whose run is over, killed and not reaped yet (they still hold their fds).
+    uint64_t exiting = 0;
+    for (auto& [id, e] : embryos_) exiting += e->retired && !e->reaped;
+    w.key("exiting").value(exiting);
     w.key("served").value(served_);
     w.key("failed_builds").value(failed_builds_);
     w.key("built").value(built_);

@@ -476,7 +476,7 @@ def idle_snapshot(sock: str, daemon_pid: int, like: Optional[dict] = None, timeo
     while True:
         snap = host_snapshot(raw_info(sock) or {}, daemon_pid)
         pool = snap["info"].get("pool") or {}
-        idle = snap["info"].get("live") == 0 and pool.get("building", 0) == 0
+        idle = snap["info"].get("live") == 0 and pool.get("building", 0) == 0 and snap["info"].get("exiting", 0) == 0
         if idle and like is not None:
             idle = not leak_differences(like, snap)
         if idle or time.monotonic() > until:

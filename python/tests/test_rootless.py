@@ -238,7 +238,7 @@ def settled(target=None, timeout=30.0):
             time.sleep(0.1)
             continue
         pool = info.get("pool") or {}
-        ok = info.get("live") == 0 and pool.get("building", 0) == 0
+        ok = info.get("live") == 0 and pool.get("building", 0) == 0 and info.get("exiting", 0) == 0
         if target is not None:
             # Idle like before: a leak never gets there, a slow refill does.
             ok = ok and pool.get("ready") == (target.get("pool") or {}).get("ready")
