@@ -63,4 +63,13 @@ Result<std::string> read_file_at(int dirfd, const std::string& name) {
     return read_all(fd.get(), name);
 }
 
+Result<void> write_file(const std::string& path, std::string_view data) {
+    unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd) return sys_error("open " + path);
+    ssize_t n = ::write(fd.get(), data.data(), data.size());
+    if (n < 0) return sys_error("write " + path);
+    if (static_cast<size_t>(n) != data.size()) return fail(EIO, "short write to " + path);
+    return {};
+}
+
 }  // namespace forkbox

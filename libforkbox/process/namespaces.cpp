@@ -14,20 +14,12 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "libforkbox/base/fd.hpp"
+#include "libforkbox/base/files.hpp"
 #include "oci/linux_names.hpp"
 
 namespace forkbox {
 
-namespace {
-Result<void> write_text(const std::string& path, const std::string& text) {
-    unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-    if (!fd) return sys_error("open " + path);
-    ssize_t n = ::write(fd.get(), text.data(), text.size());
-    if (n < 0) return sys_error("write " + path);
-    if (static_cast<size_t>(n) != text.size()) return fail(EIO, "short write to " + path);
-    return {};
-}
-}  // namespace
 
 Result<std::vector<OpenNamespace>> open_namespaces(const std::vector<NamespaceJoin>& joins) {
     std::vector<OpenNamespace> out;
@@ -149,14 +141,14 @@ Result<void> write_id_mappings(pid_t pid, const std::vector<oci::IdMapping>& uid
     std::string base = "/proc/" + std::to_string(pid);
     if (!uids.empty()) {
         if (!writer.newuidmap.empty()) FB_TRY(run_id_map_tool(writer.newuidmap, pid, uids));
-        else FB_TRY(write_text(base + "/uid_map", format_id_mappings(uids)));
+        else FB_TRY(write_file(base + "/uid_map", format_id_mappings(uids)));
     }
     if (!gids.empty()) {
         if (!writer.newgidmap.empty()) {
             FB_TRY(run_id_map_tool(writer.newgidmap, pid, gids));
         } else {
-            if (writer.deny_setgroups) FB_TRY(write_text(base + "/setgroups", "deny"));
-            FB_TRY(write_text(base + "/gid_map", format_id_mappings(gids)));
+            if (writer.deny_setgroups) FB_TRY(write_file(base + "/setgroups", "deny"));
+            FB_TRY(write_file(base + "/gid_map", format_id_mappings(gids)));
         }
     }
     return {};
@@ -173,7 +165,7 @@ Result<void> enter_new_time_namespace(const std::vector<std::pair<std::string, o
                       off.nanosecs);
         text += line;
     }
-    if (!text.empty()) FB_TRY(write_text("/proc/self/timens_offsets", text));
+    if (!text.empty()) FB_TRY(write_file("/proc/self/timens_offsets", text));
     unique_fd ns(::open("/proc/self/ns/time_for_children", O_RDONLY | O_CLOEXEC));
     if (!ns) return sys_error("open time_for_children");
     if (::setns(ns.get(), CLONE_NEWTIME) < 0) return sys_error("enter time namespace");
@@ -227,7 +219,7 @@ Result<void> apply_sysctls(const std::vector<std::pair<std::string, std::string>
     for (const auto& [key, value] : sysctls) {
         std::string path = "/proc/sys/";
         for (char c : key) path += (c == '.') ? '/' : c;
-        FB_TRY_CTX(write_text(path, value), "sysctl " + key);
+        FB_TRY_CTX(write_file(path, value), "sysctl " + key);
     }
     return {};
 }

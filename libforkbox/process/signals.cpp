@@ -1,5 +1,7 @@
 #include "libforkbox/process/signals.hpp"
 
+#include <sys/signalfd.h>
+
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -27,6 +29,16 @@ void reset_signal_dispositions() {
         if (sig == SIGKILL || sig == SIGSTOP) continue;
         ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask);
     }
+}
+
+Result<unique_fd> daemon_signalfd() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int s : {SIGTERM, SIGINT, SIGCHLD, SIGHUP, SIGPIPE}) sigaddset(&set, s);
+    if (sigprocmask(SIG_BLOCK, &set, nullptr) < 0) return sys_error("block signals");
+    unique_fd fd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+    if (!fd) return sys_error("signalfd");
+    return fd;
 }
 
 }  // namespace forkbox

@@ -1,6 +1,9 @@
 // Signal state a new container process (init, exec, hook) starts from.
 #pragma once
 
+#include "libforkbox/base/error.hpp"
+#include "libforkbox/base/fd.hpp"
+
 namespace forkbox {
 
 // Every catchable signal back to its default action (SIG_DFL). execve resets handlers but
@@ -10,5 +13,9 @@ namespace forkbox {
 // ignored on entry stays ignored). runc (Go) and crun start processes with SIG_DFL.
 // Async-signal-safe: only sigaction, for use between clone and execve.
 void reset_signal_dispositions();
+
+// A daemon's event loop (the zygote daemon, the sandbox service): SIGTERM, SIGINT, SIGHUP,
+// SIGCHLD and SIGPIPE blocked and read from the returned signalfd (non-blocking).
+Result<unique_fd> daemon_signalfd();
 
 }  // namespace forkbox

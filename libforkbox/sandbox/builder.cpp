@@ -19,6 +19,7 @@
 #include "libforkbox/base/unix_socket.hpp"
 #include "libforkbox/cgroup/resources.hpp"
 #include "libforkbox/mount/rootfs.hpp"
+#include "libforkbox/process/namespaces.hpp"
 #include "libforkbox/sandbox/embryo.hpp"
 
 #ifndef MOUNT_ATTR_IDMAP
@@ -30,13 +31,6 @@ namespace forkbox::sandbox {
 namespace {
 
 constexpr const char* kCgroupParent = "/forkbox-sandbox";
-
-Result<void> write_text(const std::string& path, std::string_view data) {
-    unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-    if (!fd) return sys_error("open " + path);
-    if (::write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size())) return sys_error("write " + path);
-    return {};
-}
 
 // In a new embryo: every fd but `keep` (and stdio) is closed, so a sandbox holds nothing
 // of another's while it waits.
@@ -146,15 +140,13 @@ Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind) {
 Result<void> Builder::parent_side(pid_t pid, const Plan& plan, std::vector<unique_fd>& bind_trees, int control,
                                   std::string& lower_kind) {
     std::string proc = "/proc/" + std::to_string(pid);
-    if (c_.mapped_range) {
-        std::string map = "0 " + std::to_string(c_.options.uid_base) + " 65536\n";
-        FB_TRY(write_text(proc + "/uid_map", map));
-        FB_TRY(write_text(proc + "/gid_map", map));
-    } else {
-        FB_TRY(write_text(proc + "/setgroups", "deny"));
-        FB_TRY(write_text(proc + "/uid_map", "0 " + std::to_string(::geteuid()) + " 1\n"));
-        FB_TRY(write_text(proc + "/gid_map", "0 " + std::to_string(::getegid()) + " 1\n"));
-    }
+    // A root daemon's private range, or a user's own ids (setgroups denied first).
+    std::vector<oci::IdMapping> uids = {c_.mapped_range ? oci::IdMapping{0, c_.options.uid_base, 65536}
+                                                        : oci::IdMapping{0, static_cast<uint32_t>(::geteuid()), 1}};
+    std::vector<oci::IdMapping> gids = {c_.mapped_range ? oci::IdMapping{0, c_.options.uid_base, 65536}
+                                                        : oci::IdMapping{0, static_cast<uint32_t>(::getegid()), 1}};
+    FB_ASSIGN(IdMapWriter writer, plan_id_map_writer(uids, gids, ::geteuid(), ::getegid()));
+    FB_TRY(write_id_mappings(pid, uids, gids, writer));
     // A root daemon's lower layer: a copy of "/" alone (not its submounts), made here where
     // nothing is locked, idmapped so that the host's root-owned files are the sandbox root's.
     // A user's embryo builds its root itself (embryo.cpp).

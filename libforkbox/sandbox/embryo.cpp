@@ -24,6 +24,7 @@
 #include "libforkbox/mount/rootfs.hpp"
 #include "libforkbox/process/caps.hpp"
 #include "libforkbox/process/namespaces.hpp"
+#include "libforkbox/process/signals.hpp"
 
 namespace forkbox::sandbox {
 
@@ -342,7 +343,7 @@ void embryo_main(const EmbryoSetup& s) {
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
+    reset_signal_dispositions();
     struct sigaction deadline {};
     deadline.sa_handler = kill_the_sandbox;
     deadline.sa_flags = SA_RESTART;

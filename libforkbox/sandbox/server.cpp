@@ -36,6 +36,7 @@
 #include "libforkbox/cgroup/stats.hpp"
 #include "libforkbox/mount/rootfs.hpp"
 #include "libforkbox/process/rootless.hpp"
+#include "libforkbox/process/signals.hpp"
 #include "libforkbox/sandbox/builder.hpp"
 #include "libforkbox/sandbox/embryo.hpp"
 #include "libforkbox/sandbox/profile.hpp"
@@ -61,12 +62,6 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 
 std::string errno_text(std::string_view what) { return std::string(what) + ": " + std::strerror(errno); }
 
-Result<void> write_text(const std::string& path, std::string_view data) {
-    unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-    if (!fd) return sys_error("open " + path);
-    if (::write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size())) return sys_error("write " + path);
-    return {};
-}
 
 
 // What an epoll event is about: the kind of fd and whose it is.
@@ -237,12 +232,7 @@ void remove_stale_cgroups(const CgroupLayout& layout) {
 }
 
 Result<void> Server::setup() {
-    sigset_t set;
-    sigemptyset(&set);
-    for (int s : {SIGTERM, SIGINT, SIGCHLD, SIGHUP, SIGPIPE}) sigaddset(&set, s);
-    if (sigprocmask(SIG_BLOCK, &set, nullptr) < 0) return sys_error("block signals");
-    signals_.reset(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
-    if (!signals_) return sys_error("signalfd");
+    FB_ASSIGN(signals_, daemon_signalfd());
     epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
     if (!epoll_) return sys_error("epoll_create1");
     dev_null_.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
@@ -268,7 +258,7 @@ Result<void> Server::setup() {
         if (use_cgroups_) remove_stale_cgroups(layout_);
         if (use_cgroups_ && layout_.mode == CgroupMode::V2) {
             // Sandboxes' limits need the controllers enabled below the parent.
-            (void)write_text(layout_.hierarchies[0].mountpoint + kCgroupParent + "/cgroup.subtree_control",
+            (void)write_file(layout_.hierarchies[0].mountpoint + kCgroupParent + "/cgroup.subtree_control",
                              "+memory +pids +cpu");
         }
     }

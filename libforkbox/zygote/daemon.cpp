@@ -41,6 +41,7 @@
 #include "libforkbox/mount/rootfs.hpp"
 #include "libforkbox/plan/plan.hpp"
 #include "libforkbox/process/namespaces.hpp"
+#include "libforkbox/process/signals.hpp"
 #include "libforkbox/sandbox/request.hpp"
 #include "libforkbox/sandbox/server.hpp"
 #include "libforkbox/zygote/zygote.hpp"
@@ -813,12 +814,7 @@ void Daemon::reap() {
 }
 
 Result<void> Daemon::run() {
-    sigset_t set;
-    sigemptyset(&set);
-    for (int s : {SIGTERM, SIGINT, SIGCHLD, SIGHUP, SIGPIPE}) sigaddset(&set, s);
-    if (sigprocmask(SIG_BLOCK, &set, nullptr) < 0) return sys_error("block signals");
-    signals_.reset(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
-    if (!signals_) return sys_error("signalfd");
+    FB_ASSIGN(signals_, daemon_signalfd());
     FB_TRY(listen_socket());
     // No cgroups to read (an odd host): templates without spare cgroups.
     if (auto layout = detect_cgroup_layout()) cgroups_ = std::move(*layout);
