@@ -58,8 +58,9 @@ private:
         std::string lower;
     };
     Result<const Plan*> plan_for(const SandboxKind& kind);
-    Result<Built> build(uint64_t id, const SandboxKind& kind);
-    Result<void> parent_side(pid_t pid, const Plan& plan, std::vector<unique_fd>& bind_trees, int control, std::string& lower);
+    Result<Built> build(uint64_t id, const SandboxKind& kind, int fork_source);
+    Result<void> parent_side(pid_t pid, const Plan& plan, std::vector<unique_fd>& bind_trees, int control, int fork_source,
+                             std::string& lower);
 
     const BuilderConfig& c_;
     int sock_;
@@ -82,7 +83,7 @@ oci::Resources default_limits(const Defaults& d) {
     return res;
 }
 
-Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind) {
+Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind, int fork_source) {
     FB_ASSIGN(const Plan* plan, plan_for(kind));
     std::vector<unique_fd> task_fds;
     int cgroup_fd = -1;
@@ -128,7 +129,7 @@ Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind) {
     b.pidfd.reset(pidfd);
     theirs.reset();
     task_fds.clear();
-    if (auto r = parent_side(pid, *plan, bind_trees, ours.get(), b.lower); !r) {
+    if (auto r = parent_side(pid, *plan, bind_trees, ours.get(), fork_source, b.lower); !r) {
         sys::pidfd_send_signal(pidfd, SIGKILL);
         return std::unexpected(r.error());
     }
@@ -138,7 +139,7 @@ Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind) {
 
 // Once the child exists: its id maps, an idmapped lower layer (root), then "M".
 Result<void> Builder::parent_side(pid_t pid, const Plan& plan, std::vector<unique_fd>& bind_trees, int control,
-                                  std::string& lower_kind) {
+                                  int fork_source, std::string& lower_kind) {
     std::string proc = "/proc/" + std::to_string(pid);
     // A root daemon's private range, or a user's own ids (setgroups denied first).
     std::vector<oci::IdMapping> uids = {c_.mapped_range ? oci::IdMapping{0, c_.options.uid_base, 65536}
@@ -179,15 +180,24 @@ Result<void> Builder::parent_side(pid_t pid, const Plan& plan, std::vector<uniqu
             ::syscall(SYS_mount_setattr, bind_trees[i].get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &bind_attr, sizeof bind_attr);
         }
     }
+    std::string m = "M";
     std::vector<int> fds;
-    if (lower) fds.push_back(lower.get());
-    return send_with_fds(control, "M", fds, "sandbox embryo");
+    if (lower) {
+        m += "L";
+        fds.push_back(lower.get());
+    }
+    if (fork_source >= 0) {
+        m += "F";
+        fds.push_back(fork_source);
+    }
+    return send_with_fds(control, m, fds, "sandbox embryo");
 }
 
 void Builder::serve() {
     std::string buf(kReleaseBufferBytes, '\0');
     for (;;) {
-        std::vector<unique_fd> fds;  // a finished sandbox's mount namespace: dropped here
+        // "D": a finished sandbox's mount namespace, dropped here; "B": a fork's parent stage.
+        std::vector<unique_fd> fds;
         auto n = receive_message(sock_, buf, fds, "sandbox builder");
         if (!n || *n == 0) ::_exit(0);  // the service is gone
         std::string_view m(buf.data(), *n);
@@ -207,7 +217,8 @@ void Builder::serve() {
         uint64_t id = std::strtoull(std::string(m.substr(1, nl - 1)).c_str(), nullptr, 10);
         auto kind = nl == std::string_view::npos ? Result<SandboxKind>(std::unexpected(Error(EPROTO, "no kind")))
                                                  : decode_kind(m.substr(nl + 1));
-        auto built = kind ? build(id, *kind) : Result<Built>(std::unexpected(kind.error()));
+        int fork_source = fds.empty() ? -1 : fds[0].get();
+        auto built = kind ? build(id, *kind, fork_source) : Result<Built>(std::unexpected(kind.error()));
         if (!built) {
             std::string reply = "F" + std::to_string(id) + " " + built.error().what();
             ::send(sock_, reply.data(), reply.size(), MSG_NOSIGNAL);
@@ -258,7 +269,6 @@ Result<SandboxKind> decode_kind(std::string_view data) {
 ProfileOptions profile_options(const ServerOptions& opt, bool mapped_range) {
     ProfileOptions o;
     o.root = opt.stage_dir + "/root";
-    o.tmp_size_mb = opt.upper_size_mb;
     o.host_is_mapped_root = mapped_range;
     // The daemon's socket directory, when it is not under a path hidden anyway.
     std::string dir = opt.socket_path.substr(0, opt.socket_path.find_last_of('/'));

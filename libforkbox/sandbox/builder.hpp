@@ -4,7 +4,8 @@
 // service's child, which reaps it and watches its pidfd.
 //
 // Protocol (SOCK_SEQPACKET, service <-> builder, one message each way per embryo):
-//   service: "B<id>\n" + encode_kind()            make an embryo of this kind
+//   service: "B<id>\n" + encode_kind() [+ fd]     make an embryo of this kind [a fork of the
+//                                                  sandbox whose stage the fd is]
 //   builder: "E<id> <pid> <lower>" + fds pidfd, control socket    (lower: idmapped, plain, none)
 //            "F<id> <message>"                     it could not
 //   service: "D" + cgroup dirs, NUL-separated [+ fd]  remove these, drop the mount namespace
@@ -43,8 +44,7 @@ Result<SandboxKind> decode_kind(std::string_view data);
 // Profile options of the service's sandboxes (the Plan's root, hidden paths, sizes).
 ProfileOptions profile_options(const ServerOptions& options, bool mapped_range);
 
-// Forks the builder (a child of the calling service); returns the service's end of its socket.
-// `keep_open`: the service's fds the builder must not close (none: it closes every other).// Forks the builder (a child of the calling service, which closes every other fd); returns
+// Forks the builder (a child of the calling service, which closes every other fd); returns
 // the service's end of its socket.
 Result<unique_fd> start_builder(const BuilderConfig& config);
 

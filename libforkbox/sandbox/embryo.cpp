@@ -9,14 +9,19 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <poll.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <set>
 
 #include "libforkbox/base/fd.hpp"
 #include "libforkbox/base/files.hpp"
@@ -25,6 +30,7 @@
 #include "libforkbox/process/caps.hpp"
 #include "libforkbox/process/namespaces.hpp"
 #include "libforkbox/process/signals.hpp"
+#include "libforkbox/sandbox/tree.hpp"
 
 namespace forkbox::sandbox {
 
@@ -91,13 +97,22 @@ std::vector<std::string> mount_points() {
     return out;
 }
 
+// The sandbox's writable directories besides the overlay's: private, empty, in the state
+// (tree.hpp), so that a fork carries them and a diff shows them.
+struct StateDir {
+    const char* name;
+    mode_t mode;
+};
+constexpr StateDir kStateDirs[] = {{"tmp", 01777}, {"run", 0755}, {"root", 0700}};
+
 // A user's sandbox (no lower layer from the daemon): in a user namespace the host's root
 // cannot be one overlay layer, because the mounts on it are locked to it. Each top-level
 // directory without mounts below it becomes an overlay of its own (lowerdir=/usr...), a
-// directory with mounts below a read-only recursive bind, a symlink a symlink.
-Result<void> build_root_per_directory(const std::string& st, const std::string& root) {
+// directory with mounts below a read-only recursive bind, a symlink a symlink: those names
+// go into `made`; the rest of the root is plain directories on the stage tmpfs.
+Result<void> build_root_per_directory(const std::string& st, const std::string& root, std::set<std::string>& made) {
     std::vector<std::string> mounts = mount_points();
-    // Replaced by the Plan's own mounts, or hidden by them.
+    // Replaced by the Plan's own mounts or the state's directories, or hidden by them.
     static const std::vector<std::string_view> kPlanned = {"proc", "sys", "dev", "run", "tmp", "root", "home"};
     DIR* d = ::opendir("/");
     if (!d) return sys_error("open /");
@@ -115,11 +130,13 @@ Result<void> build_root_per_directory(const std::string& st, const std::string& 
             if (n <= 0) continue;
             link[n] = '\0';
             FB_TRY(check(::symlink(link, target.c_str()) == 0, "symlink " + target));
+            made.insert(name);
             continue;
         }
         if (!S_ISDIR(st_buf.st_mode)) continue;
         FB_TRY(check(::mkdir(target.c_str(), st_buf.st_mode & 07777) == 0, "mkdir " + target));
         if (std::find(kPlanned.begin(), kPlanned.end(), name) != kPlanned.end()) continue;
+        made.insert(name);
         bool has_mounts = false;
         for (const auto& m : mounts) has_mounts |= m == host || m.starts_with(host + "/");
         if (has_mounts) {
@@ -131,36 +148,87 @@ Result<void> build_root_per_directory(const std::string& st, const std::string& 
                          "make " + host + " read-only"));
             continue;
         }
+        // A fork's copy of its parent's upper layer may have made it already.
         std::string upper = st + "/upper/" + name, work = st + "/work/" + name;
-        FB_TRY(check(::mkdir(upper.c_str(), 0755) == 0 && ::mkdir(work.c_str(), 0755) == 0, "mkdir " + upper));
+        FB_TRY(check((::mkdir(upper.c_str(), 0755) == 0 || errno == EEXIST) && ::mkdir(work.c_str(), 0755) == 0,
+                     "mkdir " + upper));
         std::string options = "lowerdir=" + host + ",upperdir=" + upper + ",workdir=" + work + ",userxattr";
         FB_TRY(check(::mount("overlay", target.c_str(), "overlay", MS_NOSUID | MS_NODEV, options.c_str()) == 0,
                      "mount an overlay of " + host));
     }
+    for (const auto& dir : kStateDirs) {
+        std::string path = root + "/" + dir.name;
+        if (::mkdir(path.c_str(), dir.mode) < 0 && errno != EEXIST) return sys_error("mkdir " + path);
+        FB_TRY(check(::chmod(path.c_str(), dir.mode) == 0, "chmod " + path));
+    }
     return {};
 }
 
+// A root daemon's sandbox: the state's directories in the upper layer, opaque so that the
+// host's /tmp, /run and /root below them are not seen. A fork's copy has them already (or
+// the whiteout its parent made of one).
+Result<void> make_state_dirs(const std::string& upper) {
+    for (const auto& dir : kStateDirs) {
+        std::string path = upper + "/" + dir.name;
+        if (::mkdir(path.c_str(), dir.mode) < 0) {
+            if (errno == EEXIST) continue;
+            return sys_error("mkdir " + path);
+        }
+        FB_TRY(check(::chmod(path.c_str(), dir.mode) == 0, "chmod " + path));
+        FB_TRY(check(::setxattr(path.c_str(), "user.overlay.opaque", "y", 1, 0) == 0, "make " + path + " opaque"));
+    }
+    return {};
+}
+
+Result<void> copy_dir_at(int src_root, const std::string& src, const std::string& dst,
+                         const std::set<std::string>* skip = nullptr) {
+    unique_fd from(::openat(src_root, src.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!from) return {};  // the parent has none
+    unique_fd to(::open(dst.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!to) return sys_error("open " + dst);
+    return copy_tree(from.get(), to.get(), skip);
+}
+
+// What a session needs of the sandbox's tree, kept from the build (tree.hpp).
+struct Tree {
+    unique_fd stage;  // a non-recursive copy of the stage tmpfs mount
+    unique_fd lower;  // the lower layer: the idmapped copy of "/", or the host's "/" as seen here
+    TreeContext context;
+    Manifest base;
+};
+Tree tree;
+
 // The sandbox's root: a tmpfs on the stage directory holding the overlay's upper and work
-// directories and the lower layer's mount point, and the overlay on <stage>/root.
-Result<void> build_root(const EmbryoSetup& s, int lower_tree) {
+// directories and the lower layer's mount point, and the overlay on <stage>/root. A fork
+// (`fork_source`: its parent's stage) starts with a copy of its parent's state.
+Result<void> build_root(const EmbryoSetup& s, int lower_tree, int fork_source) {
     const std::string& st = s.stage;
     FB_TRY(check(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make / private"));
     std::string size = "size=" + std::to_string(s.upper_size_mb) + "m,mode=755";
     FB_TRY(check(::mount("sandbox", st.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, size.c_str()) == 0, "mount the stage tmpfs"));
     for (const char* d : {"/upper", "/work", "/lower", "/root"})
         FB_TRY(check(::mkdir((st + d).c_str(), 0755) == 0, "mkdir " + st + d));
+    if (fork_source >= 0) FB_TRY_CTX(copy_dir_at(fork_source, "upper", st + "/upper"), "copy the parent's upper layer");
     std::string lower = st + "/lower";
-    if (lower_tree >= 0) {
-        // The daemon's idmapped copy of "/": the host's root-owned files are the sandbox
-        // root's, as seen from inside.
-        FB_TRY(check(::syscall(SYS_move_mount, lower_tree, "", AT_FDCWD, lower.c_str(), MOVE_MOUNT_F_EMPTY_PATH) == 0,
-                     "attach the lower layer"));
-        ::close(lower_tree);
-    } else {
-        return build_root_per_directory(st, st + "/root");
+    if (lower_tree < 0) {
+        tree.context.per_directory = true;
+        tree.lower.reset(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+        FB_TRY(build_root_per_directory(st, st + "/root", tree.context.builder_names));
+        // The parent's plain directories (/tmp, /root, what it made at the top), merged
+        // into this root's; what the builder made here is this sandbox's own.
+        if (fork_source >= 0)
+            FB_TRY_CTX(copy_dir_at(fork_source, "root", st + "/root", &tree.context.builder_names), "copy the parent's root");
+        return {};
     }
+    FB_TRY(make_state_dirs(st + "/upper"));
+    // The daemon's idmapped copy of "/": the host's root-owned files are the sandbox root's,
+    // as seen from inside.
+    FB_TRY(check(::syscall(SYS_move_mount, lower_tree, "", AT_FDCWD, lower.c_str(), MOVE_MOUNT_F_EMPTY_PATH) == 0,
+                 "attach the lower layer"));
+    ::close(lower_tree);
     FB_TRY(check(::mount(nullptr, lower.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) == 0,
                  "make the lower layer read-only"));
+    tree.lower.reset(::open(lower.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     std::string options = "lowerdir=" + lower + ",upperdir=" + st + "/upper,workdir=" + st + "/work";
     // In a user namespace overlayfs keeps its metadata in user.* xattrs (tmpfs has them).
     std::string root = st + "/root";
@@ -170,7 +238,7 @@ Result<void> build_root(const EmbryoSetup& s, int lower_tree) {
     return {};
 }
 
-Result<void> build(const EmbryoSetup& s, int lower_tree) {
+Result<void> build(const EmbryoSetup& s, int lower_tree, int fork_source) {
     const Plan& plan = *s.plan;
     FB_TRY_CTX(join_v1_cgroups(s.cgroup_task_fds), "sandbox cgroups");
     FB_TRY(check(::setresgid(0, 0, 0) == 0, "setresgid 0"));
@@ -182,7 +250,11 @@ Result<void> build(const EmbryoSetup& s, int lower_tree) {
     FB_TRY(check(::unshare(flags) == 0, "unshare namespaces"));
     if (own_network) FB_TRY(bring_up_loopback());
     FB_TRY(set_hostname(plan.hostname));
-    FB_TRY(build_root(s, lower_tree));
+    FB_TRY(build_root(s, lower_tree, fork_source));
+    if (fork_source >= 0) {
+        ::close(fork_source);
+        ::send(s.control_fd, "C", 1, MSG_NOSIGNAL);  // copied: the parent may go on
+    }
 
     static const std::vector<std::string> no_cgroup_dirs;  // the sandbox mounts no cgroupfs
     RootfsContext ctx{plan, *s.cgroup_layout, no_cgroup_dirs, true, true};
@@ -190,6 +262,10 @@ Result<void> build(const EmbryoSetup& s, int lower_tree) {
     FB_TRY(prepare_rootfs(ctx));
     for (int fd : s.bind_source_trees)
         if (fd >= 0) ::close(fd);
+    // The state, for a session's diff and forks: the stage tmpfs alone, without the mounts
+    // on it, which pivot_root takes out of reach.
+    tree.stage.reset(static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, s.stage.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
+    if (!tree.stage) return sys_error("open_tree " + s.stage);
     FB_TRY(enter_rootfs(plan.rootfs, false));
     FB_TRY(finalize_rootfs(ctx));
 
@@ -219,6 +295,87 @@ volatile int exec_errno = 0;
 // before the handler is there the daemon's fallback, SIGKILL, does it.
 void kill_the_sandbox(int) { ::kill(-1, SIGKILL); }
 
+// A command, ready to exec: everything the vfork child needs is made before it, because
+// between vfork and execve it only makes syscalls.
+struct Command {
+    std::vector<char*> argv, envp;
+    std::vector<std::string> candidates;  // where argv[0] may be, in PATH order
+    rlimit address{};
+    bool limit_address = false;
+    const char* cwd = nullptr;  // a session's run changes directory in the child
+    bool own_group = false;     // a session's run leads a process group of its own
+    sigset_t mask{};
+};
+
+Command prepare(const Release& r) {
+    Command c;
+    for (const auto& a : r.argv) c.argv.push_back(const_cast<char*>(a.c_str()));
+    c.argv.push_back(nullptr);
+    for (const auto& e : r.env) c.envp.push_back(const_cast<char*>(e.c_str()));
+    c.envp.push_back(nullptr);
+    const std::string& file = r.argv[0];
+    if (file.find('/') != std::string::npos) {
+        c.candidates.push_back(file);
+    } else {
+        // PATH of the command's environment, as a shell would search it.
+        std::string path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+        for (const auto& e : r.env)
+            if (e.starts_with("PATH=")) path = e.substr(5);
+        size_t start = 0;
+        while (start <= path.size()) {
+            size_t end = path.find(':', start);
+            if (end == std::string::npos) end = path.size();
+            std::string dir = path.substr(start, end - start);
+            c.candidates.push_back((dir.empty() ? "." : dir) + "/" + file);
+            start = end + 1;
+        }
+    }
+    c.address = rlimit{r.address_limit, r.address_limit};
+    c.limit_address = r.address_limit != 0;
+    sigemptyset(&c.mask);
+    return c;
+}
+
+// vforks and execs `c` with `stdio`; the child's exec failure is in exec_errno (0: it ran).
+pid_t spawn(const Command& c, const int* stdio) {
+    exec_errno = 0;
+    pid_t pid = ::vfork();
+    if (pid != 0) return pid;
+    if (c.own_group) ::setpgid(0, 0);
+    ::sigprocmask(SIG_SETMASK, &c.mask, nullptr);
+    if (c.cwd && ::chdir(c.cwd) < 0) {
+        exec_errno = errno;
+        ::_exit(errno == ENOENT ? 127 : 126);
+    }
+    for (int i = 0; i < 3; ++i)
+        if (::dup2(stdio[i], i) < 0) {
+            exec_errno = errno;
+            ::_exit(126);
+        }
+    // The address-space limit binds the command, not this process.
+    if (c.limit_address && ::setrlimit(RLIMIT_AS, &c.address) < 0) {
+        exec_errno = errno;
+        ::_exit(126);
+    }
+    int err = ENOENT;
+    for (const auto& candidate : c.candidates) {
+        ::execve(candidate.c_str(), c.argv.data(), c.envp.data());
+        if (errno != ENOENT && errno != ENOTDIR) err = errno;
+    }
+    exec_errno = err;
+    ::_exit(err == ENOENT ? 127 : 126);
+}
+
+std::string usage_text(int status, const rusage& usage) {
+    return std::to_string(status) + " " + std::to_string(usage.ru_utime.tv_sec * 1000000 + usage.ru_utime.tv_usec) + " " +
+           std::to_string(usage.ru_stime.tv_sec * 1000000 + usage.ru_stime.tv_usec) + " " + std::to_string(usage.ru_maxrss);
+}
+
+Result<void> drop_every_capability() {
+    FB_TRY(drop_bounding_set(0));
+    return apply_capabilities(CapabilitySets{});
+}
+
 // The sandbox's init from here on: the command runs as its child (pid 2), so it has a
 // process's ordinary signal semantics (pid 1 ignores the signals it has no handler for),
 // and it execs from a vfork child, without tearing down this process's address space on
@@ -231,60 +388,15 @@ void kill_the_sandbox(int) { ::kill(-1, SIGKILL); }
         rlimit l{r.nproc_limit, r.nproc_limit};
         if (::setrlimit(RLIMIT_NPROC, &l) < 0) exec_failed(control, errno, "RLIMIT_NPROC");
     }
-    if (r.drop_all_caps) {
-        if (!drop_bounding_set(0) || !apply_capabilities(CapabilitySets{})) exec_failed(control, errno, "drop capabilities");
-    }
-    // Everything the child needs is made here: between vfork and execve it only makes syscalls.
-    std::vector<char*> argv, envp;
-    for (const auto& a : r.argv) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    for (const auto& e : r.env) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-    std::vector<std::string> candidates;
-    const std::string& file = r.argv[0];
-    if (file.find('/') != std::string::npos) {
-        candidates.push_back(file);
-    } else {
-        // PATH of the command's environment, as a shell would search it.
-        std::string path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-        for (const auto& e : r.env)
-            if (e.starts_with("PATH=")) path = e.substr(5);
-        size_t start = 0;
-        while (start <= path.size()) {
-            size_t end = path.find(':', start);
-            if (end == std::string::npos) end = path.size();
-            std::string dir = path.substr(start, end - start);
-            candidates.push_back((dir.empty() ? "." : dir) + "/" + file);
-            start = end + 1;
-        }
-    }
-    rlimit address{r.address_limit, r.address_limit};
-    pid_t command = ::vfork();
-    if (command == 0) {
-        for (int i = 0; i < 3; ++i)
-            if (::dup2(stdio[i], i) < 0) {
-                exec_errno = errno;
-                ::_exit(126);
-            }
-        // The address-space limit binds the command, not this process.
-        if (r.address_limit && ::setrlimit(RLIMIT_AS, &address) < 0) {
-            exec_errno = errno;
-            ::_exit(126);
-        }
-        int err = ENOENT;
-        for (const auto& c : candidates) {
-            ::execve(c.c_str(), argv.data(), envp.data());
-            if (errno != ENOENT && errno != ENOTDIR) err = errno;
-        }
-        exec_errno = err;
-        ::_exit(err == ENOENT ? 127 : 126);
-    }
+    if (r.drop_all_caps && !drop_every_capability()) exec_failed(control, errno, "drop capabilities");
+    Command c = prepare(r);
+    pid_t command = spawn(c, stdio);
     int err = errno;
     for (int i = 0; i < 3; ++i) ::close(stdio[i]);  // the pipes end with the command's side
     if (command < 0) exec_failed(control, err, "start the command");
     if (exec_errno) {
         int e = exec_errno;
-        send_text(control, "X" + std::to_string(e) + " exec " + file + ": " + std::strerror(e));
+        send_text(control, "X" + std::to_string(e) + " exec " + r.argv[0] + ": " + std::strerror(e));
     }
     int status = 0;
     rusage usage{};
@@ -293,12 +405,142 @@ void kill_the_sandbox(int) { ::kill(-1, SIGKILL); }
         if (p == command) break;
         if (p < 0 && errno != EINTR) ::_exit(1);
     }
-    send_text(control, "W" + std::to_string(status) + " " +
-                           std::to_string(usage.ru_utime.tv_sec * 1000000 + usage.ru_utime.tv_usec) + " " +
-                           std::to_string(usage.ru_stime.tv_sec * 1000000 + usage.ru_stime.tv_usec) + " " +
-                           std::to_string(usage.ru_maxrss));
+    send_text(control, "W" + usage_text(status, usage));
     // The command's code as ours too, for a daemon that reaps us before reading "W".
     ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+}
+
+// --- sessions ---
+
+// SIGSTOP to every other process of the sandbox, and a wait (bounded) until each is stopped:
+// a fork copies a state nobody writes.
+void stop_everyone() {
+    ::kill(-1, SIGSTOP);
+    for (int round = 0; round < 500; ++round) {
+        bool all = true;
+        DIR* d = ::opendir("/proc");
+        while (d && all) {
+            dirent* e = ::readdir(d);
+            if (!e) break;
+            if (e->d_name[0] < '0' || e->d_name[0] > '9' || std::strcmp(e->d_name, "1") == 0) continue;
+            auto stat = read_file("/proc/" + std::string(e->d_name) + "/stat");
+            if (!stat) continue;
+            size_t paren = stat->rfind(')');
+            char state = paren != std::string::npos && paren + 2 < stat->size() ? (*stat)[paren + 2] : 'T';
+            all = state == 'T' || state == 't' || state == 'Z' || state == 'X';
+        }
+        if (d) ::closedir(d);
+        if (all) return;
+        ::usleep(200);
+    }
+}
+
+// A session's init: each run ("G") and file verb ("O") is a new process group of its own
+// beside the others; their ends are reported by id ("w", "x"), and the daemon kills one by
+// id ("K"). The sandbox ends when the daemon kills this process.
+[[noreturn]] void session_loop(int control, const Release& limits) {
+    ::umask(022);
+    if (limits.nproc_limit) {
+        rlimit l{limits.nproc_limit, limits.nproc_limit};
+        ::setrlimit(RLIMIT_NPROC, &l);
+    }
+    if (limits.drop_all_caps && !drop_every_capability()) ::_exit(1);
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    ::sigprocmask(SIG_BLOCK, &chld, nullptr);
+    unique_fd children(::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK));
+    if (!children) ::_exit(1);
+    std::map<pid_t, uint64_t> leaders;  // a run's first process -> its id
+    std::map<uint64_t, pid_t> groups;   // a run's id -> its process group
+    std::string buf(kReleaseBufferBytes, '\0');
+    for (;;) {
+        pollfd p[2] = {{control, POLLIN, 0}, {children.get(), POLLIN, 0}};
+        if (::poll(p, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            ::_exit(1);
+        }
+        if (p[1].revents) {
+            signalfd_siginfo si;
+            while (::read(children.get(), &si, sizeof si) == sizeof si) {
+            }
+            int status;
+            rusage usage{};
+            pid_t pid;
+            while ((pid = ::wait4(-1, &status, WNOHANG, &usage)) > 0) {
+                auto it = leaders.find(pid);
+                if (it == leaders.end()) continue;  // an orphan
+                send_text(control, "w" + std::to_string(it->second) + " " + usage_text(status, usage));
+                groups.erase(it->second);
+                leaders.erase(it);
+            }
+        }
+        if (!p[0].revents) continue;
+        std::vector<unique_fd> fds;
+        auto n = receive_message(control, buf, fds, "sandbox control");
+        if (!n || *n == 0) ::_exit(0);  // the daemon is gone: so is the sandbox
+        std::string_view m(buf.data(), *n);
+        char tag = m.front();
+        m.remove_prefix(1);
+        uint64_t id = std::strtoull(std::string(m.substr(0, 24)).c_str(), nullptr, 10);
+        size_t nl = m.find('\n');
+        std::string_view body = nl == std::string_view::npos ? std::string_view{} : m.substr(nl + 1);
+        if (tag == 'K') {
+            int sig = static_cast<int>(std::strtol(std::string(m.substr(m.find(' ') + 1, 8)).c_str(), nullptr, 10));
+            if (auto g = groups.find(id); g != groups.end() && sig > 0 && sig < 65) ::kill(-g->second, sig);
+            continue;
+        }
+        if (tag == 'S') {
+            stop_everyone();
+            send_text(control, "s");
+            continue;
+        }
+        if (tag == 'T') {
+            ::kill(-1, SIGCONT);
+            send_text(control, "t");
+            continue;
+        }
+        if ((tag != 'G' && tag != 'O') || fds.size() != 3) continue;
+        int stdio[3] = {fds[0].get(), fds[1].get(), fds[2].get()};
+        pid_t pid = -1;
+        if (tag == 'G') {
+            auto release = Release::decode(body);
+            if (!release) {
+                send_text(control, "x" + std::to_string(id) + " " + std::to_string(EPROTO) + " the release is malformed");
+                continue;
+            }
+            Command c = prepare(*release);
+            c.cwd = release->cwd.c_str();
+            c.own_group = true;
+            c.limit_address = limits.address_limit != 0;
+            c.address = rlimit{limits.address_limit, limits.address_limit};
+            pid = spawn(c, stdio);
+            if (pid > 0 && exec_errno) {
+                int e = exec_errno;
+                std::string what = e == ENOENT && ::access(release->cwd.c_str(), F_OK) < 0 ? "cwd " + release->cwd
+                                                                                           : "exec " + release->argv[0];
+                send_text(control, "x" + std::to_string(id) + " " + std::to_string(e) + " " + what + ": " + std::strerror(e));
+            }
+        } else {
+            auto request = FileRequest::decode(body);
+            pid = request ? ::fork() : -1;
+            if (pid == 0) {
+                ::setpgid(0, 0);
+                ::close(control);
+                sigset_t none;
+                sigemptyset(&none);
+                ::sigprocmask(SIG_SETMASK, &none, nullptr);
+                ::_exit(run_file_op(*request, stdio[0], stdio[1], stdio[2], tree.context));
+            }
+        }
+        if (pid < 0) {
+            send_text(control, "x" + std::to_string(id) + " " + std::to_string(errno) + " start: " + std::strerror(errno));
+            send_text(control, "w" + std::to_string(id) + " " + std::to_string(126 << 8) + " 0 0 0");
+            continue;
+        }
+        leaders[pid] = id;
+        groups[id] = pid;
+    }
 }
 
 }  // namespace
@@ -339,6 +581,9 @@ Result<Release> Release::decode(std::string_view data) {
 void embryo_main(const EmbryoSetup& s) {
     int control = s.control_fd;
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // Not dumpable: the sandbox's processes share this one's credentials, and must not
+    // reach its memory or fds (/proc/1/mem, /proc/1/fd) where the daemon's socket is.
+    ::prctl(PR_SET_DUMPABLE, 0);
     // The daemon's signal mask (signalfd) must not reach the command.
     sigset_t none;
     sigemptyset(&none);
@@ -353,13 +598,38 @@ void embryo_main(const EmbryoSetup& s) {
     std::vector<unique_fd> fds;
     auto n = receive_message(control, buf, fds, "sandbox control");
     if (!n || *n == 0 || buf[0] != 'M') ::_exit(1);  // the daemon gave up on us
-    auto built = build(s, fds.empty() ? -1 : fds[0].release());
+    // "M" [L: the lower layer] [F: a fork's parent stage], the fds in that order.
+    std::string_view flags(buf.data() + 1, *n - 1);
+    size_t next = 0;
+    int lower = flags.find('L') != std::string_view::npos && next < fds.size() ? fds[next++].release() : -1;
+    int fork_source = flags.find('F') != std::string_view::npos && next < fds.size() ? fds[next++].release() : -1;
+    auto built = build(s, lower, fork_source);
     if (!built) die(control, built.error().what());
     if (::send(control, "R", 1, MSG_NOSIGNAL) < 0) ::_exit(1);
 
     fds.clear();
     n = receive_message(control, buf, fds, "sandbox control");
-    if (!n || *n <= 1 || buf[0] != 'G' || fds.size() != 3) ::_exit(1);
+    if (!n || *n < 1) ::_exit(1);
+    if (buf[0] == 'L') {
+        // A session: its limits, then its state as it begins (a diff's base) and "l" with
+        // the stage, which the daemon keeps for forks.
+        Release limits;
+        unsigned long long nproc = 0, address = 0;
+        int drop = 0;
+        if (std::sscanf(std::string(buf.data() + 1, *n - 1).c_str(), "%llu %llu %d", &nproc, &address, &drop) != 3) ::_exit(1);
+        limits.nproc_limit = nproc;
+        limits.address_limit = address;
+        limits.drop_all_caps = drop != 0;
+        tree.context.stage_fd = tree.stage.get();
+        tree.context.lower_fd = tree.lower.get();
+        tree.base = take_manifest(tree.context);
+        tree.context.base = &tree.base;
+        int stage = tree.stage.get();
+        if (!send_with_fds(control, "l", std::span<const int>(&stage, 1), "sandbox control")) ::_exit(1);
+        session_loop(control, limits);
+    }
+    if (*n <= 1 || buf[0] != 'G' || fds.size() != 3) ::_exit(1);
+    tree = Tree{};  // a one-shot run keeps nothing of the tree open
     auto release = Release::decode(std::string_view(buf.data() + 1, *n - 1));
     if (!release) exec_failed(control, EPROTO, "release");
     int stdio[3] = {fds[0].release(), fds[1].release(), fds[2].release()};

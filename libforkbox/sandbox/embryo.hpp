@@ -2,18 +2,33 @@
 // namespace inside a fresh user namespace. It makes the rest of the sandbox ahead of any
 // request (mount, ipc, uts, cgroup and network namespaces; an overlay of the host's root
 // whose upper layer lives on a tmpfs; the Plan's mounts, devices and masks; capabilities,
-// no_new_privs and seccomp), says it is ready, and waits. A request releases it: it takes
-// the command's stdio, cwd and limits, vforks the command (pid 2), reaps what gets
-// orphaned to it, reports the command's end, and exits: the kernel then kills whatever
-// else runs in the sandbox, and every mount goes with the mount namespace.
+// no_new_privs and seccomp), says it is ready, and waits. A request releases it either for
+// one command or for a session:
+// - one command: it takes the command's stdio, cwd and limits, vforks the command (pid 2),
+//   reaps what gets orphaned to it, reports the command's end, and exits: the kernel then
+//   kills whatever else runs in the sandbox, and every mount goes with the mount namespace.
+// - a session: it stays, and starts each run or file verb (tree.hpp) the daemon sends as a
+//   process group of its own, reporting each one's end by id, until the daemon kills it.
 //
 // The control socket (SOCK_SEQPACKET), daemon <-> embryo:
-//   daemon: "M" [+ fd: the lower layer, an idmapped copy of "/"]   maps written: build
-//   embryo: "R" (ready) or "F<message>" (failed; it then exits)
+//   daemon: "M" ["L"] ["F"] + fds [the lower layer, an idmapped copy of "/"] [a fork's
+//           parent's stage, whose state it copies]                maps written: build
+//   embryo: "C" (a fork: the parent's state is copied), then
+//           "R" (ready) or "F<message>" (failed; it then exits)
 //   daemon: "G" + Release::encode() + fds stdin, stdout, stderr     run the command
 //   embryo: "X<errno> <message>" when the command could not be started (its status is then
 //           126 or 127), and "W<wait status> <user us> <system us> <max rss KiB>" when it
 //           ended (wait4 of the command alone).
+// A session instead:
+//   daemon: "L<nproc limit> <address limit> <drop caps 0|1>"
+//   embryo: "l" + fd: the stage (a copy of its tmpfs mount, for forks)
+//   daemon: "G<id>\n" + Release::encode() + 3 fds    a run
+//           "O<id>\n" + FileRequest::encode() + 3 fds a file verb
+//           "K<id> <signal>"                         signal that run's process group
+//           "S" / "T"                                stop / continue every process (a fork's
+//                                                    copy, pause); answered "s" / "t"
+//   embryo: "x<id> <errno> <message>"  the run could not start
+//           "w<id> <wait status> <user us> <system us> <max rss KiB>"  it ended
 #pragma once
 
 #include <cstdint>

@@ -38,7 +38,6 @@ oci::Spec sandbox_spec(const SandboxKind& kind, const ProfileOptions& o) {
     spec.root = oci::Root{o.root, false};
     spec.hostname = "sandbox";
 
-    const std::string tmp_size = "size=" + std::to_string(o.tmp_size_mb) + "m";
     spec.mounts = {
         mount("/proc", "proc", "proc", {"nosuid", "noexec", "nodev"}),
         mount("/dev", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", "size=65536k"}),
@@ -48,10 +47,9 @@ oci::Spec sandbox_spec(const SandboxKind& kind, const ProfileOptions& o) {
         // sysfs needs a network namespace the sandbox's user namespace owns.
         kind.network ? mount("/sys", "none", "/sys", {"rbind", "nosuid", "noexec", "nodev", "ro"})
                      : mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
-        mount("/tmp", "tmpfs", "tmpfs", {"nosuid", "nodev", "mode=1777", tmp_size}),
-        // The host's secrets: sockets and state under /run, root's and users' homes.
-        mount("/run", "tmpfs", "tmpfs", {"nosuid", "nodev", "mode=755", "size=65536k"}),
-        mount("/root", "tmpfs", "tmpfs", {"nosuid", "nodev", "mode=700", "size=65536k"}),
+        // The host's secrets: sockets and state under /run, root's and users' homes. /tmp,
+        // /run and /root are the sandbox's own empty directories in its writable state
+        // (embryo.cpp), in the stage tmpfs's size cap; /home is empty and read-only.
         mount("/home", "tmpfs", "tmpfs", {"nosuid", "nodev", "ro", "mode=755", "size=4k"}),
     };
     for (const auto& h : o.hidden) spec.mounts.push_back(mount(h, "tmpfs", "tmpfs", {"nosuid", "nodev", "ro", "mode=755", "size=4k"}));

@@ -26,7 +26,6 @@ struct ProfileOptions {
     // Host paths the sandbox must not see besides /root, /home and /run (the daemon's
     // socket and state when they live elsewhere): each gets an empty read-only tmpfs.
     std::vector<std::string> hidden;
-    uint64_t tmp_size_mb = 512;  // /tmp's tmpfs and the overlay's upper layer
     bool host_is_mapped_root = false;  // a root daemon: the sandbox maps 65536 ids
 };
 

@@ -18,8 +18,16 @@ const std::vector<std::string> kDefaultEnv = {
     "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "TERM=xterm",
     "LANG=C.UTF-8"};
 
+// The verb being parsed, for the messages of the helpers below ("create: \"ttl_s\" must ...").
+thread_local std::string_view parsing_verb = "run";
+
+struct ParsingVerb {
+    explicit ParsingVerb(std::string_view verb) { parsing_verb = verb; }
+    ~ParsingVerb() { parsing_verb = "run"; }
+};
+
 std::unexpected<Error> invalid(std::string_view key, std::string_view what) {
-    return fail(EINVAL, "run: \"" + std::string(key) + "\" " + std::string(what));
+    return fail(EINVAL, std::string(parsing_verb) + ": \"" + std::string(key) + "\" " + std::string(what));
 }
 
 bool has_nul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
@@ -91,6 +99,8 @@ std::string_view error_kind_name(ErrorKind kind) {
         case ErrorKind::InvalidRequest: return "invalid_request";
         case ErrorKind::SandboxError: return "sandbox_error";
         case ErrorKind::Busy: return "busy";
+        case ErrorKind::NoSuchSandbox: return "no_such_sandbox";
+        case ErrorKind::FileError: return "file_error";
     }
     return "sandbox_error";
 }
@@ -113,20 +123,70 @@ Result<FirstMessage> split_first_message(std::string_view message) {
     return m;
 }
 
-Result<RunRequest> parse_run_request(std::string_view text, const Defaults& defaults) {
+namespace {
+
+// The keys that say what the sandbox is (a run's own, or its session's at create).
+// Returns false when `key` is not one of them.
+template <typename Request>
+Result<bool> parse_sandbox_key(std::string_view key, const json::Value& v, Request& r) {
+    if (key == "memory_mb") {
+        FB_ASSIGN(r.memory_mb, positive(v, key, 1 << 24));
+    } else if (key == "pids") {
+        FB_ASSIGN(r.pids, positive(v, key, 1 << 22));
+    } else if (key == "cpus") {
+        auto d = v.as_double();
+        if (!d || !std::isfinite(*d) || *d < 0.01 || *d > 1024) return invalid(key, "must be a number from 0.01 to 1024");
+        r.cpus = *d;
+    } else if (key == "network") {
+        auto b = v.as_bool();
+        if (!b) return invalid(key, "must be true or false");
+        r.network = *b;
+    } else if (key == "mounts") {
+        FB_ASSIGN(r.mounts, parse_mounts(v));
+    } else if (key == "caps") {
+        FB_ASSIGN(auto caps, string_array(v, key));
+        if (!caps.empty()) return invalid(key, "must be null (Docker's default set) or [] (none)");
+        r.drop_all_caps = true;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+Result<json::Document> parse_object(std::string_view text, std::string_view verb) {
+    parsing_verb = verb;
     auto doc = json::Document::parse(text);
-    if (!doc) return fail(EINVAL, "run: the request is not JSON: " + doc.error().what());
-    json::Value root = doc->root();
-    if (!root.is_object()) return fail(EINVAL, "run: the request must be a JSON object");
+    if (!doc) return fail(EINVAL, std::string(verb) + ": the request is not JSON: " + doc.error().what());
+    if (!doc->root().is_object()) return fail(EINVAL, std::string(verb) + ": the request must be a JSON object");
+    return doc;
+}
+
+Result<std::string> session_id(const json::Value& v) {
+    auto s = v.as_string();
+    if (!s || s->empty() || s->size() > 64 || s->find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos)
+        return invalid("session", "must be a session id (\"sb-...\")");
+    return *s;
+}
+
+}  // namespace
+
+Result<RunRequest> parse_run_request(std::string_view text, const Defaults& defaults) {
+    ParsingVerb scope("run");
+    FB_ASSIGN(json::Document doc, parse_object(text, "run"));
+    json::Value root = doc.root();
     RunRequest r;
     r.memory_mb = defaults.memory_mb;
     r.pids = defaults.pids;
     r.cpus = defaults.cpus;
     r.max_output = defaults.max_output;
     bool have_env = false;
+    std::string sandbox_key;  // one the request gave: a session's are its own
     FB_TRY(root.for_each_member([&](std::string_view key, const json::Value& v) -> Result<void> {
         if (v.is_null()) return {};  // absent: the default
-        if (key == "argv") {
+        FB_ASSIGN(bool sandbox, parse_sandbox_key(key, v, r));
+        if (sandbox) {
+            sandbox_key = key;
+        } else if (key == "argv") {
             FB_ASSIGN(r.argv, string_array(v, key));
         } else if (key == "env") {
             FB_ASSIGN(r.env, string_array(v, key));
@@ -143,27 +203,10 @@ Result<RunRequest> parse_run_request(std::string_view text, const Defaults& defa
             auto b = v.as_bool();
             if (!b) return invalid(key, "must be true or false");
             r.stdin_frames = *b;
-        } else if (key == "memory_mb") {
-            FB_ASSIGN(r.memory_mb, positive(v, key, 1 << 24));
-        } else if (key == "pids") {
-            FB_ASSIGN(r.pids, positive(v, key, 1 << 22));
-        } else if (key == "cpus") {
-            auto d = v.as_double();
-            if (!d || !std::isfinite(*d) || *d < 0.01 || *d > 1024)
-                return invalid(key, "must be a number from 0.01 to 1024");
-            r.cpus = *d;
-        } else if (key == "network") {
-            auto b = v.as_bool();
-            if (!b) return invalid(key, "must be true or false");
-            r.network = *b;
-        } else if (key == "mounts") {
-            FB_ASSIGN(r.mounts, parse_mounts(v));
         } else if (key == "max_output") {
             FB_ASSIGN(r.max_output, positive(v, key, kMaxOutputLimit));
-        } else if (key == "caps") {
-            FB_ASSIGN(auto caps, string_array(v, key));
-            if (!caps.empty()) return invalid(key, "must be null (Docker's default set) or [] (none)");
-            r.drop_all_caps = true;
+        } else if (key == "session") {
+            FB_ASSIGN(r.session, session_id(v));
         } else {
             return invalid(key, "is not a key of a run request");
         }
@@ -171,11 +214,177 @@ Result<RunRequest> parse_run_request(std::string_view text, const Defaults& defa
     }));
     if (r.argv.empty()) return invalid("argv", "must be a non-empty array of strings");
     if (r.argv[0].empty()) return invalid("argv", "must not start with an empty string");
+    if (!r.session.empty() && !sandbox_key.empty())
+        return invalid(sandbox_key, "is the session's (given when it was created), not a run's in it");
     if (!have_env) r.env = kDefaultEnv;
     if (std::none_of(r.env.begin(), r.env.end(), [](const std::string& e) { return e.starts_with("PATH="); }))
         r.env.push_back(kDefaultEnv[0]);
     if (defaults.max_timeout_ms && (!r.timeout_ms || *r.timeout_ms > *defaults.max_timeout_ms))
         r.timeout_ms = defaults.max_timeout_ms;
+    return r;
+}
+
+Result<SessionRequest> parse_create_request(std::string_view text, const Defaults& defaults) {
+    ParsingVerb scope("create");
+    FB_ASSIGN(json::Document doc, parse_object(text, "create"));
+    SessionRequest r;
+    r.memory_mb = defaults.memory_mb;
+    r.pids = defaults.pids;
+    r.cpus = defaults.cpus;
+    r.idle_s = defaults.session_idle_s;
+    FB_TRY(doc.root().for_each_member([&](std::string_view key, const json::Value& v) -> Result<void> {
+        if (v.is_null()) return {};
+        FB_ASSIGN(bool sandbox, parse_sandbox_key(key, v, r));
+        if (sandbox) return {};
+        if (key == "timeout_ms") {
+            FB_ASSIGN(uint64_t t, positive(v, key, 7 * 24 * 3600 * 1000ull));
+            r.timeout_ms = t;
+        } else if (key == "ttl_s") {
+            FB_ASSIGN(uint64_t t, positive(v, key, 30 * 24 * 3600ull));
+            r.ttl_s = t;
+        } else if (key == "idle_s") {
+            FB_ASSIGN(r.idle_s, positive(v, key, 30 * 24 * 3600ull));
+        } else {
+            return invalid(key, "is not a key of a create request");
+        }
+        return {};
+    }));
+    if (defaults.max_timeout_ms && (!r.timeout_ms || *r.timeout_ms > *defaults.max_timeout_ms))
+        r.timeout_ms = defaults.max_timeout_ms;
+    return r;
+}
+
+Result<FileVerb> parse_file_request(std::string_view text) {
+    ParsingVerb scope("file");
+    FB_ASSIGN(json::Document doc, parse_object(text, "file"));
+    FileVerb f;
+    bool have_op = false, have_path = false;
+    FB_TRY(doc.root().for_each_member([&](std::string_view key, const json::Value& v) -> Result<void> {
+        if (v.is_null()) return {};
+        if (key == "session") {
+            FB_ASSIGN(f.session, session_id(v));
+        } else if (key == "op") {
+            static const std::pair<std::string_view, FileOp> ops[] = {
+                {"write", FileOp::Write}, {"read", FileOp::Read},   {"list", FileOp::List},
+                {"remove", FileOp::Remove}, {"mkdir", FileOp::Mkdir}, {"diff", FileOp::Diff}};
+            auto op = v.as_string();
+            auto it = std::find_if(std::begin(ops), std::end(ops), [&](auto& o) { return op && o.first == *op; });
+            if (it == std::end(ops)) return invalid(key, "must be one of write, read, list, remove, mkdir, diff");
+            f.file.op = it->second;
+            have_op = true;
+        } else if (key == "path") {
+            auto p = v.as_string();
+            if (!p) return invalid(key, "must be a string");
+            FB_ASSIGN(f.file.path, check_sandbox_path(*p));
+            have_path = true;
+        } else if (key == "mode") {
+            auto m = v.as_uint64();
+            if (!m || *m > 07777) return invalid(key, "must be a file mode from 0 to 0o7777");
+            f.file.mode = static_cast<uint32_t>(*m);
+        } else if (key == "recursive") {
+            auto b = v.as_bool();
+            if (!b) return invalid(key, "must be true or false");
+            f.file.recursive = *b;
+        } else {
+            return invalid(key, "is not a key of a file request");
+        }
+        return {};
+    }));
+    if (f.session.empty()) return invalid("session", "is required");
+    if (!have_op) return invalid("op", "is required");
+    if (!have_path && f.file.op != FileOp::Diff) return invalid("path", "is required");
+    if (f.file.op == FileOp::Mkdir && !f.file.mode) f.file.mode = 0755;
+    return f;
+}
+
+Result<ForkRequest> parse_fork_request(std::string_view text) {
+    ParsingVerb scope("fork");
+    FB_ASSIGN(json::Document doc, parse_object(text, "fork"));
+    ForkRequest f;
+    FB_TRY(doc.root().for_each_member([&](std::string_view key, const json::Value& v) -> Result<void> {
+        if (v.is_null()) return {};
+        if (key == "session") {
+            FB_ASSIGN(f.session, session_id(v));
+        } else if (key == "count") {
+            FB_ASSIGN(f.count, positive(v, key, kMaxForkCount));
+        } else {
+            return invalid(key, "is not a key of a fork request");
+        }
+        return {};
+    }));
+    if (f.session.empty()) return invalid("session", "is required");
+    return f;
+}
+
+Result<void> parse_list_request(std::string_view text) {
+    ParsingVerb scope("list");
+    if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return {};
+    FB_ASSIGN(json::Document doc, parse_object(text, "list"));
+    return doc.root().for_each_member([&](std::string_view key, const json::Value&) -> Result<void> {
+        return invalid(key, "is not a key of a list request");
+    });
+}
+
+Result<std::string> parse_session_ref(std::string_view text, std::string_view verb) {
+    ParsingVerb scope(verb);
+    FB_ASSIGN(json::Document doc, parse_object(text, verb));
+    std::string id;
+    FB_TRY(doc.root().for_each_member([&](std::string_view key, const json::Value& v) -> Result<void> {
+        if (key == "session") {
+            FB_ASSIGN(id, session_id(v));
+            return {};
+        }
+        return fail(EINVAL, std::string(verb) + ": \"" + std::string(key) + "\" is not a key of a " + std::string(verb) + " request");
+    }));
+    if (id.empty()) return fail(EINVAL, std::string(verb) + ": \"session\" is required");
+    return id;
+}
+
+Result<std::string> check_sandbox_path(std::string_view path) {
+    if (path.empty() || path[0] != '/') return fail(EINVAL, "a sandbox path must be absolute: \"" + std::string(path.substr(0, 256)) + "\"");
+    if (path.size() > 4096 || path.find('\0') != std::string_view::npos)
+        return fail(EINVAL, "a sandbox path must be at most 4096 bytes, without NUL");
+    std::string out;
+    size_t pos = 1;
+    while (pos <= path.size()) {
+        size_t end = path.find('/', pos);
+        if (end == std::string_view::npos) end = path.size();
+        std::string_view part = path.substr(pos, end - pos);
+        pos = end + 1;
+        if (part.empty() || part == ".") continue;
+        if (part == "..")
+            return fail(EINVAL, "the path \"" + std::string(path.substr(0, 256)) + "\" has a \"..\" component: refused");
+        out += "/";
+        out += part;
+    }
+    return out.empty() ? "/" : out;
+}
+
+std::string FileRequest::encode() const {
+    std::string out(1, static_cast<char>(op));
+    out += std::to_string(mode) + '\0' + (recursive ? '1' : '0') + '\0' + path;
+    return out;
+}
+
+Result<FileRequest> FileRequest::decode(std::string_view data) {
+    if (data.empty()) return fail(EPROTO, "file request: empty");
+    FileRequest r;
+    r.op = static_cast<FileOp>(data[0]);
+    switch (r.op) {
+        case FileOp::Write: case FileOp::Read: case FileOp::List: case FileOp::Remove: case FileOp::Mkdir: case FileOp::Diff: break;
+        default: return fail(EPROTO, "file request: unknown op");
+    }
+    data.remove_prefix(1);
+    size_t a = data.find('\0');
+    if (a == std::string_view::npos || a == 0 || a > 8) return fail(EPROTO, "file request: bad mode");
+    std::string mode(data.substr(0, a));
+    if (mode.find_first_not_of("0123456789") != std::string::npos) return fail(EPROTO, "file request: bad mode");
+    r.mode = static_cast<uint32_t>(std::stoul(mode));
+    data.remove_prefix(a + 1);
+    if (data.size() < 2 || (data[0] != '0' && data[0] != '1') || data[1] != '\0') return fail(EPROTO, "file request: bad flags");
+    r.recursive = data[0] == '1';
+    data.remove_prefix(2);
+    FB_ASSIGN(r.path, check_sandbox_path(data));
     return r;
 }
 
@@ -212,6 +421,12 @@ std::string format_result(const RunOutcome& o) {
 std::string format_error(ErrorKind kind, std::string_view message) {
     json::Writer w;
     w.begin_object().key("error").value(error_kind_name(kind)).key("message").value(message).end_object();
+    return std::string(1, kError) + w.take();
+}
+
+std::string format_file_error(int errnum, std::string_view message) {
+    json::Writer w;
+    w.begin_object().key("error").value("file_error").key("errno").value(errnum).key("message").value(message).end_object();
     return std::string(1, kError) + w.take();
 }
 

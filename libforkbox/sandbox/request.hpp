@@ -19,11 +19,12 @@ inline constexpr size_t kMaxFrameData = 64 * 1024;  // after the one-byte tag
 inline constexpr uint64_t kMaxOutputLimit = 64ull << 20;
 
 // Message tags after the first message.
-inline constexpr char kStdinData = 'I', kStdinEnd = 'E';
+inline constexpr char kStdinData = 'I', kStdinEnd = 'E', kKill = 'K';
 inline constexpr char kStdoutData = '1', kStderrData = '2', kResult = 'X', kError = '!';
 
-// The error kinds of a '!' reply.
-enum class ErrorKind { InvalidRequest, SandboxError, Busy };
+// The error kinds of a '!' reply. NoSuchSandbox: a session that is closed, expired or never
+// was; FileError: a file verb failed inside the sandbox (with its errno).
+enum class ErrorKind { InvalidRequest, SandboxError, Busy, NoSuchSandbox, FileError };
 std::string_view error_kind_name(ErrorKind kind);
 
 struct BindRequest {
@@ -47,7 +48,49 @@ struct RunRequest {
     std::vector<BindRequest> mounts;
     uint64_t max_output = 1 << 20;
     bool drop_all_caps = false;
+    std::string session;  // run in this session's sandbox (then the sandbox's keys are its)
 };
+
+// The create verb: a session, one sandbox for many runs and file verbs.
+struct SessionRequest {
+    uint64_t memory_mb = 0;
+    uint64_t pids = 0;
+    double cpus = 0;
+    bool network = false;
+    std::vector<BindRequest> mounts;
+    bool drop_all_caps = false;
+    std::optional<uint64_t> timeout_ms;  // each run's deadline unless the run gives one
+    std::optional<uint64_t> ttl_s;       // the session ends this long after it began
+    uint64_t idle_s = 600;               // ... or this long after its last run or verb ended
+};
+
+// A file verb's operation, as the sandbox's init runs it (tree.hpp).
+enum class FileOp : char { Write = 'w', Read = 'r', List = 'l', Remove = 'x', Mkdir = 'm', Diff = 'd' };
+
+struct FileRequest {
+    FileOp op = FileOp::Read;
+    std::string path = "/";
+    uint32_t mode = 0644;
+    bool recursive = false;  // remove: the whole tree; mkdir: the parents too
+
+    std::string encode() const;
+    static Result<FileRequest> decode(std::string_view data);
+    bool operator==(const FileRequest&) const = default;
+};
+
+// The file verb: {"session", "op": write|read|list|remove|mkdir|diff, "path", "mode", "recursive"}.
+struct FileVerb {
+    std::string session;
+    FileRequest file;
+};
+
+// The fork verb: `count` new sessions whose state starts as the session's is now.
+struct ForkRequest {
+    std::string session;
+    uint64_t count = 1;
+};
+
+inline constexpr uint64_t kMaxForkCount = 16;
 
 struct Defaults {
     uint64_t memory_mb = 512;
@@ -55,6 +98,7 @@ struct Defaults {
     double cpus = 0;
     uint64_t max_output = 1 << 20;
     std::optional<uint64_t> max_timeout_ms;  // the daemon's --max-timeout-ms
+    uint64_t session_idle_s = 600;
 };
 
 // The first message: "sandbox/1 <verb>\n<json>".
@@ -67,6 +111,18 @@ Result<FirstMessage> split_first_message(std::string_view message);
 
 // The run verb's JSON -> RunRequest; an error names the key ("run: \"cwd\" must be ...").
 Result<RunRequest> parse_run_request(std::string_view json, const Defaults& defaults);
+
+Result<SessionRequest> parse_create_request(std::string_view json, const Defaults& defaults);
+Result<FileVerb> parse_file_request(std::string_view json);
+Result<ForkRequest> parse_fork_request(std::string_view json);
+// The list verb: an empty object (or nothing).
+Result<void> parse_list_request(std::string_view json);
+// The verbs that name a session alone (close, pause, resume): its id.
+Result<std::string> parse_session_ref(std::string_view json, std::string_view verb);
+
+// A path a client names inside a sandbox: absolute, without ".." or NUL, at most 4096
+// bytes; returned cleaned ("//a/./b/" -> "/a/b").
+Result<std::string> check_sandbox_path(std::string_view path);
 
 // How each limit was enforced: "cgroup", "rlimit" or "none".
 struct Enforcement {
@@ -89,6 +145,8 @@ struct RunOutcome {
 
 std::string format_result(const RunOutcome& outcome);            // "X{...}"
 std::string format_error(ErrorKind kind, std::string_view message);  // "!{...}"
+// A file verb's failure: "!{"error": "file_error", "errno": N, "message": ...}".
+std::string format_file_error(int errnum, std::string_view message);
 
 // A command's exit status from wait(): 128+N for signal N.
 void set_exit_status(RunOutcome& outcome, int wait_status);

@@ -40,6 +40,7 @@
 #include "libforkbox/sandbox/builder.hpp"
 #include "libforkbox/sandbox/embryo.hpp"
 #include "libforkbox/sandbox/profile.hpp"
+#include "libforkbox/sandbox/service.hpp"
 #include "libforkbox/seccomp/seccomp.hpp"
 
 #ifndef MOUNT_ATTR_IDMAP
@@ -50,151 +51,12 @@ namespace forkbox::sandbox {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 constexpr const char* kCgroupParent = "/forkbox-sandbox";
 constexpr size_t kStdinBufferLimit = 1 << 20;  // past this, the client is not read
 constexpr int kBuildFailuresBeforePause = 3;
 
-double ms_between(Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
 std::string errno_text(std::string_view what) { return std::string(what) + ": " + std::strerror(errno); }
 
-
-
-// What an epoll event is about: the kind of fd and whose it is.
-enum class Watch : uint8_t { Signals, Handoff, Listener, Builder, NewConn, Control, Pidfd, Stdout, Stderr, Stdin, Timer, Client };
-
-uint64_t token(Watch w, uint64_t id) { return (static_cast<uint64_t>(w) << 56) | id; }
-
-struct Embryo;
-
-struct Run {
-    uint64_t id = 0;
-    unique_fd conn;
-    RunRequest request;
-    SandboxKind kind;
-    uint64_t embryo = 0;  // 0: none yet
-    unique_fd out[2];     // read ends of stdout, stderr
-    bool out_open[2] = {false, false};
-    unique_fd in;  // write end of stdin
-    std::string stdin_buffer;
-    bool stdin_end = false;
-    bool stdin_refused = false;  // the command closed its end
-    std::optional<OutputCapture> capture[2];
-    std::deque<std::string> outbox;  // frames the client's socket did not take yet
-    unique_fd timer;
-    Clock::time_point released{}, ended{};
-    bool started = false, exited = false, timed_out = false, client_gone = false, replied = false;
-    int status = 0;
-    rusage usage{};
-    std::optional<std::string> exec_error;
-    bool usage_is_command = false;  // `usage` is the command's own (the embryo's "W")
-};
-
-struct Embryo {
-    uint64_t id = 0;
-    pid_t pid = -1;
-    unique_fd pidfd, control;
-    SandboxKind kind;
-    std::vector<std::string> cgroup_dirs;  // per hierarchy of the service's layout
-    oci::Resources applied;  // the limits its cgroups have now
-    enum class State { Building, Ready, Running } state = State::Building;
-    uint64_t run = 0;  // reserved for or running this run
-    bool pooled = false;  // made for its kind's pool (counted in Pool::building while made)
-    std::string failure;  // "F" message
-    // Its mount namespace, held from ready on: the sandbox's last process then exits without
-    // unmounting its ~20 mounts (an RCU grace period and superblock teardowns before its
-    // parent hears of the exit); the builder drops it afterwards, off the request path.
-    unique_fd mount_ns;
-    double setup_cpu_ms = 0;  // its own CPU time when ready: not the command's
-    // Its cgroups' usage files, opened when it is ready so that a result costs one pread each.
-    unique_fd cpu_usage, memory_peak, memory_events;
-    bool cpu_usage_keyed = false;  // v2 cpu.stat (usage_usec) instead of v1 cpuacct.usage (ns)
-    Clock::time_point asked = Clock::now();
-    bool reaped = false;
-    bool retired = false;  // killed unused (a pool already full): its exit is no failure
-};
-
-struct Pool {
-    std::deque<uint64_t> ready;
-    int building = 0;
-    int failures = 0;  // builds failed in a row
-    Clock::time_point retry_at{};
-};
-
-class Server {
-public:
-    Server(int handoff, int listener, const ServerOptions& o) : handoff_(handoff), listener_(listener), opt_(o) {}
-    int run();
-
-private:
-    Result<void> setup();
-    void watch(int fd, uint32_t events, Watch w, uint64_t id);
-    void rewatch(int fd, uint32_t events, Watch w, uint64_t id);
-    void unwatch(int fd);
-    void dispatch(const epoll_event& ev);
-
-    void accept_handoff();
-    void accept_connections();
-    void classify(unique_fd conn);
-    bool peer_allowed(int conn);
-    void read_first_message(uint64_t id);
-    void reply_and_close(unique_fd conn, const std::string& message);
-    void start_run(unique_fd conn, RunRequest request);
-    std::string info_json();
-
-    Result<uint64_t> start_embryo(const SandboxKind& kind, uint64_t reserved_for);
-    void on_builder();
-    void build_failed(uint64_t embryo_id, const std::string& why);
-    void remove_later(const std::vector<std::string>& dirs, unique_fd mount_ns = {});
-    void on_control(uint64_t embryo_id);
-    void on_embryo_exit(uint64_t embryo_id);
-    void embryo_ready(Embryo& e);
-    void discard_embryo(uint64_t embryo_id);
-    bool refill_one();
-
-    void release(Run& r, Embryo& e);
-    void on_output(Run& r, int stream);
-    void on_stdin_writable(Run& r);
-    void on_client(Run& r, uint32_t events);
-    void on_timer(Run& r);
-    void send_frame(Run& r, std::string frame);
-    void flush_outbox(Run& r);
-    void kill_sandbox(Run& r);
-    void maybe_finish(Run& r);
-    void fail_run(Run& r, ErrorKind kind, const std::string& message);
-    void drop_run(uint64_t run_id);
-    void collect_usage(Run& r, Embryo& e, RunOutcome& o);
-    void open_usage_files(Embryo& e);
-    void serve_first_message(unique_fd conn);
-    oci::Resources limits_for(const RunRequest& r) const;
-    void shutdown();
-
-    int handoff_;
-    int listener_;
-    ServerOptions opt_;
-    unique_fd epoll_, signals_, dev_null_, builder_;
-    bool mapped_range_ = false;  // a root daemon
-    uid_t euid_ = ::geteuid();
-    bool use_cgroups_ = false;
-    bool idmapped_lower_ = true;  // until it fails once
-    CgroupLayout layout_;         // the hierarchies sandboxes get cgroups in
-    std::map<uint64_t, unique_fd> new_conns_;
-    std::map<uint64_t, std::unique_ptr<Embryo>> embryos_;
-    std::map<uint64_t, std::unique_ptr<Run>> runs_;
-    std::map<SandboxKind, Pool> pools_;
-    std::map<pid_t, uint64_t> embryo_by_pid_;
-    uint64_t next_id_ = 1;
-    uint64_t served_ = 0, failed_builds_ = 0, built_ = 0;
-    double build_ms_total_ = 0, build_cpu_ms_total_ = 0;  // asked -> ready; the embryos' own CPU
-    bool stopping_ = false;
-    std::string read_buffer_ = std::string(kMaxRequestBytes + 1, '\0');
-};
-
-// --- setup ---
 
 // cgroup v1 hierarchies with the controllers sandboxes use, or the v2 hierarchy on a pure
 // v2 host (a hybrid host's v2 mount holds no controller of these).
@@ -230,6 +92,10 @@ void remove_stale_cgroups(const CgroupLayout& layout) {
         ::closedir(d);
     }
 }
+
+}  // namespace
+
+// --- setup ---
 
 Result<void> Server::setup() {
     FB_ASSIGN(signals_, daemon_signalfd());
@@ -352,6 +218,8 @@ void Server::accept_handoff() {
     }
 }
 
+namespace {
+
 // Reads what the client sent and nobody will: closing a unix socket with unread messages
 // resets the connection, and the peer's next recv then fails before our last message.
 void drain(int conn) {
@@ -359,6 +227,8 @@ void drain(int conn) {
     for (int i = 0; i < 1024 && ::recv(conn, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC) > 0; ++i) {
     }
 }
+
+}  // namespace
 
 void Server::accept_connections() {
     int fd;
@@ -430,10 +300,11 @@ void Server::serve_first_message(unique_fd conn) {
         reply_and_close(std::move(conn), std::string(1, kResult) + info_json());
         return;
     }
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    ::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len);
     if (first->verb != "run") {
-        reply_and_close(std::move(conn), format_error(ErrorKind::InvalidRequest,
-                                                      "unknown verb \"" + first->verb.substr(0, 32) +
-                                                          "\" (this daemon serves: run, info)"));
+        serve_session_verb(std::move(conn), *first, cred.uid);
         return;
     }
     auto request = parse_run_request(first->body, opt_.defaults);
@@ -445,12 +316,26 @@ void Server::serve_first_message(unique_fd conn) {
         reply_and_close(std::move(conn), format_error(ErrorKind::SandboxError, "the daemon is stopping"));
         return;
     }
-    if (runs_.size() >= static_cast<size_t>(opt_.max_live)) {
-        reply_and_close(std::move(conn), format_error(ErrorKind::Busy, std::to_string(runs_.size()) +
-                                                                           " sandboxes are running: retry later"));
+    if (!request->session.empty()) {
+        Session* s = find_session(request->session, cred.uid, conn);
+        if (!s) return;
+        Run& r = start_run(std::move(conn), std::move(*request), cred.uid);
+        start_in_session(r, *s);
         return;
     }
-    start_run(std::move(conn), std::move(*request));
+    if (live_sandboxes() >= static_cast<size_t>(opt_.max_live)) {
+        reply_and_close(std::move(conn), format_error(ErrorKind::Busy, std::to_string(live_sandboxes()) +
+                                                                           " sandboxes are live: retry later"));
+        return;
+    }
+    place(start_run(std::move(conn), std::move(*request), cred.uid));
+}
+
+// Sessions, and runs in sandboxes of their own (a session's runs are in its sandbox).
+size_t Server::live_sandboxes() const {
+    size_t n = sessions_.size();
+    for (const auto& [id, r] : runs_) n += r->session.empty();
+    return n;
 }
 
 std::string Server::info_json() {
@@ -485,6 +370,7 @@ std::string Server::info_json() {
     w.key("max_output").value(opt_.defaults.max_output);
     w.end_object();
     w.key("live").value(static_cast<uint64_t>(runs_.size()));
+    w.key("sessions").value(static_cast<uint64_t>(sessions_.size()));
     // Sandboxes whose run is over, killed and not reaped yet (they still hold their fds).
     uint64_t exiting = 0;
     for (auto& [id, e] : embryos_) exiting += e->retired && !e->reaped;
@@ -504,39 +390,39 @@ std::string Server::info_json() {
 
 // --- embryos ---
 
-oci::Resources Server::limits_for(const RunRequest& r) const {
+oci::Resources Server::limits_for(uint64_t memory_mb, uint64_t pids, double cpus) const {
     oci::Resources res;
-    if (r.memory_mb) {
+    if (memory_mb) {
         oci::MemoryResources m;
-        m.limit = static_cast<int64_t>(r.memory_mb << 20);
+        m.limit = static_cast<int64_t>(memory_mb << 20);
         res.memory = m;
     }
-    if (r.pids) res.pids_limit = static_cast<int64_t>(r.pids) + 1;  // the sandbox's init counts too
-    if (r.cpus > 0) {
+    if (pids) res.pids_limit = static_cast<int64_t>(pids) + 1;  // the sandbox's init counts too
+    if (cpus > 0) {
         oci::CpuResources c;
         c.period = 100000;
-        c.quota = static_cast<int64_t>(r.cpus * 100000);
+        c.quota = static_cast<int64_t>(cpus * 100000);
         res.cpu = c;
     }
     return res;
 }
 
-Result<uint64_t> Server::start_embryo(const SandboxKind& kind, uint64_t reserved_for) {
+Result<uint64_t> Server::start_embryo(const SandboxKind& kind, uint64_t reserved_for, int fork_source) {
     auto e = std::make_unique<Embryo>();
     e->id = next_id_++;
     e->kind = kind;
     e->run = reserved_for;
     e->pooled = reserved_for == 0;
+    e->fork = fork_source >= 0;
     if (use_cgroups_) {
-        RunRequest defaults;
-        defaults.memory_mb = opt_.defaults.memory_mb;
-        defaults.pids = opt_.defaults.pids;
-        e->applied = limits_for(defaults);
+        e->applied = limits_for(opt_.defaults.memory_mb, opt_.defaults.pids, 0);
         std::string path = embryo_cgroup_path(::getpid(), e->id);
         for (const auto& h : layout_.hierarchies) e->cgroup_dirs.push_back(h.mountpoint + path);
     }
     std::string m = "B" + std::to_string(e->id) + "\n" + encode_kind(kind);
-    if (::send(builder_.get(), m.data(), m.size(), MSG_NOSIGNAL) < 0) return sys_error("ask the sandbox builder");
+    std::vector<int> fds;
+    if (fork_source >= 0) fds.push_back(fork_source);
+    FB_TRY_CTX(send_with_fds(builder_.get(), m, fds, "sandbox builder"), "ask the sandbox builder");
     if (e->pooled) ++pools_[kind].building;
     uint64_t id = e->id;
     embryos_[id] = std::move(e);
@@ -590,6 +476,7 @@ void Server::on_builder() {
         e.pid = pid;
         e.pidfd = std::move(fds[0]);
         e.control = std::move(fds[1]);
+        ::fcntl(e.control.get(), F_SETFL, O_NONBLOCK);
         idmapped_lower_ = rest.find("idmapped") != std::string::npos;
         embryo_by_pid_[pid] = id;
         watch(e.control.get(), EPOLLIN, Watch::Control, id);
@@ -601,16 +488,21 @@ void Server::on_control(uint64_t embryo_id) {
     auto it = embryos_.find(embryo_id);
     if (it == embryos_.end()) return;
     Embryo& e = *it->second;
-    char buf[4096];
     if (!e.control) return;
-    ssize_t n = ::recv(e.control.get(), buf, sizeof buf, MSG_DONTWAIT);
-    if (n < 0 && errno == EAGAIN) return;
-    if (n <= 0) {  // closed: the embryo exited (its pidfd says so too)
+    std::vector<unique_fd> fds;
+    auto received = receive_with_fds(e.control.get(), fds, "sandbox control");  // non-blocking
+    if (!received && received.error().errnum() == EAGAIN) return;
+    if (!received || received->empty()) {  // closed: the embryo exited (its pidfd says so too)
         e.control.reset();
         return;
     }
-    std::string_view m(buf, static_cast<size_t>(n));
-    if (e.state == Embryo::State::Building && m == "R") {
+    std::string_view m(*received);
+    if (e.state == Embryo::State::Session) {
+        on_session_message(e, m, fds);
+    } else if (e.state == Embryo::State::Building && m == "C") {
+        e.copied = true;
+        if (auto r = runs_.find(e.run); r != runs_.end()) fork_child_copied(r->second->job, e.run);
+    } else if (e.state == Embryo::State::Building && m == "R") {
         embryo_ready(e);
     } else if (m.front() == 'F') {
         e.failure = std::string(m.substr(1));
@@ -664,10 +556,15 @@ void Server::embryo_ready(Embryo& e) {
         }
         e.run = 0;  // its client left, or another embryo served it
     }
+    if (e.fork) {  // a copy of one sandbox's state is for its own request alone
+        e.retired = true;
+        sys::pidfd_send_signal(e.pidfd.get(), SIGKILL);
+        return;
+    }
     // A request of this kind waiting for the embryo made for it takes this one; that one
-    // joins the pool when it is ready.
+    // joins the pool when it is ready (a fork's children wait for their own).
     for (auto& [id, run] : runs_) {
-        if (run->started || run->kind != e.kind) continue;
+        if (run->started || run->kind != e.kind || run->job || !run->session.empty()) continue;
         if (auto own = embryos_.find(run->embryo); own != embryos_.end()) own->second->run = 0;
         release(*run, e);
         return;
@@ -689,8 +586,8 @@ void Server::discard_embryo(uint64_t embryo_id) {
     Embryo& e = *it->second;
     if (!e.reaped && e.pidfd) {
         sys::pidfd_send_signal(e.pidfd.get(), SIGKILL);
-        if (!stopping_ && e.state == Embryo::State::Running) {
-            // Its command has ended: its exit is reaped when its pidfd says so.
+        if (!stopping_ && (e.state == Embryo::State::Running || e.state == Embryo::State::Session)) {
+            // Its command (or session) has ended: its exit is reaped when its pidfd says so.
             e.retired = true;
             e.run = 0;
             return;
@@ -708,6 +605,23 @@ void Server::on_embryo_exit(uint64_t embryo_id) {
     auto it = embryos_.find(embryo_id);
     if (it == embryos_.end()) return;
     Embryo& e = *it->second;
+    if (e.state == Embryo::State::Session) {
+        // What it said before it exited comes first: the ends of its runs.
+        for (int i = 0; i < 64 && embryos_.count(embryo_id) && it->second->control; ++i) on_control(embryo_id);
+        if (!embryos_.count(embryo_id)) return;
+        if (!e.retired) {
+            if (auto s = session_by_embryo_.find(embryo_id); s != session_by_embryo_.end()) {
+                close_session(s->second, "its init exited");
+            } else if (auto r = runs_.find(e.run); r != runs_.end()) {
+                fail_run(*r->second, ErrorKind::SandboxError, "could not make the session: its init exited");
+            }
+        }
+        if (!embryos_.count(embryo_id) || e.reaped) return;
+        if (::waitpid(e.pid, nullptr, WNOHANG) <= 0) return;
+        e.reaped = true;
+        discard_embryo(embryo_id);
+        return;
+    }
     if (e.state == Embryo::State::Running) {
         // What it said before it exited ("X", "W") comes first: the command's own status.
         for (int i = 0; i < 8 && embryos_.count(embryo_id) && it->second->control; ++i) on_control(embryo_id);
@@ -794,115 +708,107 @@ bool Server::refill_one() {
 
 // --- runs ---
 
-void Server::start_run(unique_fd conn, RunRequest request) {
+Run& Server::start_run(unique_fd conn, RunRequest request, uid_t peer) {
     auto r = std::make_unique<Run>();
     r->id = next_id_++;
     r->conn = std::move(conn);
+    r->peer = peer;
     r->kind.network = request.network;
     r->kind.mounts = request.mounts;
+    r->session = request.session;
     r->request = std::move(request);
     r->capture[0].emplace(r->request.max_output);
     r->capture[1].emplace(r->request.max_output);
     Run& run = *r;
     runs_[run.id] = std::move(r);
-    watch(run.conn.get(), EPOLLIN | EPOLLRDHUP, Watch::Client, run.id);
+    if (run.conn) watch(run.conn.get(), EPOLLIN | EPOLLRDHUP, Watch::Client, run.id);
+    return run;
+}
+
+// A sandbox for `r`: a ready one of its kind, or one made for it.
+void Server::place(Run& r) {
     // A kind asked for is kept ready from now on, but binds make a kind of one request.
-    if (run.kind.mounts.empty()) {
-        Pool& pool = pools_[run.kind];
+    if (r.kind.mounts.empty()) {
+        Pool& pool = pools_[r.kind];
         if (!pool.ready.empty()) {
             uint64_t eid = pool.ready.front();
             pool.ready.pop_front();
-            release(run, *embryos_.at(eid));
+            release(r, *embryos_.at(eid));
             return;
         }
         if (pool.failures >= kBuildFailuresBeforePause && Clock::now() < pool.retry_at) {
-            fail_run(run, ErrorKind::SandboxError, "sandboxes of this kind fail to build here (see the daemon's log)");
+            fail_run(r, ErrorKind::SandboxError, "sandboxes of this kind fail to build here (see the daemon's log)");
             return;
         }
     }
-    auto id = start_embryo(run.kind, run.id);
+    auto id = start_embryo(r.kind, r.id);
     if (!id) {
-        fail_run(run, ErrorKind::SandboxError, "could not make the sandbox: " + id.error().what());
+        fail_run(r, ErrorKind::SandboxError, "could not make the sandbox: " + id.error().what());
         return;
     }
-    run.embryo = *id;
+    r.embryo = *id;
 }
 
-void Server::release(Run& r, Embryo& e) {
-    r.embryo = e.id;
-    e.run = r.id;
-    e.state = Embryo::State::Running;
-    ++served_;
-
-    Release rel;
-    rel.argv = r.request.argv;
-    rel.env = r.request.env;
-    rel.cwd = r.request.cwd;
-    rel.drop_all_caps = r.request.drop_all_caps;
-    if (use_cgroups_) {
-        oci::Resources want = limits_for(r.request);
-        // Only the limits that differ from what its cgroups have.
-        bool same = want.memory.has_value() == e.applied.memory.has_value() &&
-                    (!want.memory || want.memory->limit == e.applied.memory->limit) &&
-                    want.pids_limit == e.applied.pids_limit && want.cpu.has_value() == e.applied.cpu.has_value() &&
-                    (!want.cpu || want.cpu->quota == e.applied.cpu->quota);
-        if (!same) {
-            // What the request leaves out is unlimited, not the embryo's default.
-            if (!want.memory) {
-                want.memory.emplace();
-                want.memory->limit = -1;
-            }
-            if (!want.pids_limit) want.pids_limit = -1;
-            if (!want.cpu) {
-                want.cpu.emplace();
-                want.cpu->quota = -1;
-                want.cpu->period = 100000;
-            }
-            auto writes = plan_cgroup_writes(want, layout_);
-            auto applied = writes ? apply_cgroup_writes(*writes, layout_, e.cgroup_dirs)
-                                  : Result<void>(std::unexpected(writes.error()));
-            if (!applied) {
-                fail_run(r, ErrorKind::SandboxError, "sandbox limits: " + applied.error().what());
-                return;
-            }
-        }
-    } else {
-        rel.nproc_limit = r.request.pids + 1;  // the sandbox's init counts too
-        rel.address_limit = r.request.memory_mb << 20;
+// The limits of `want` on the embryo's cgroups, where they differ from what they have.
+Result<void> Server::apply_limits(Embryo& e, const oci::Resources& limits) {
+    oci::Resources want = limits;
+    bool same = want.memory.has_value() == e.applied.memory.has_value() &&
+                (!want.memory || want.memory->limit == e.applied.memory->limit) && want.pids_limit == e.applied.pids_limit &&
+                want.cpu.has_value() == e.applied.cpu.has_value() && (!want.cpu || want.cpu->quota == e.applied.cpu->quota);
+    if (same) return {};
+    // What the request leaves out is unlimited, not the embryo's default.
+    if (!want.memory) {
+        want.memory.emplace();
+        want.memory->limit = -1;
     }
+    if (!want.pids_limit) want.pids_limit = -1;
+    if (!want.cpu) {
+        want.cpu.emplace();
+        want.cpu->quota = -1;
+        want.cpu->period = 100000;
+    }
+    FB_ASSIGN(auto writes, plan_cgroup_writes(want, layout_));
+    FB_TRY(apply_cgroup_writes(writes, layout_, e.cgroup_dirs));
+    e.applied = limits;
+    return {};
+}
 
+// The run's pipes: ours in `r`, the command's ends in `child_ends` and `stdio`.
+bool Server::open_pipes(Run& r, int* stdio, unique_fd* child_ends) {
     int out_pipe[2], err_pipe[2], in_pipe[2] = {-1, -1};
-    if (::pipe2(out_pipe, O_CLOEXEC) < 0 || ::pipe2(err_pipe, O_CLOEXEC) < 0 ||
-        (r.request.stdin_frames && ::pipe2(in_pipe, O_CLOEXEC) < 0)) {
-        fail_run(r, ErrorKind::SandboxError, errno_text("pipe"));
-        return;
-    }
-    unique_fd child_out(out_pipe[1]), child_err(err_pipe[1]), child_in(in_pipe[0]);
+    if (::pipe2(out_pipe, O_CLOEXEC) < 0) return false;
+    child_ends[1].reset(out_pipe[1]);
     r.out[0].reset(out_pipe[0]);
+    if (::pipe2(err_pipe, O_CLOEXEC) < 0) return false;
+    child_ends[2].reset(err_pipe[1]);
     r.out[1].reset(err_pipe[0]);
-    r.in.reset(in_pipe[1]);
-    int stdio[3] = {child_in ? child_in.get() : dev_null_.get(), child_out.get(), child_err.get()};
-    std::string message = "G" + rel.encode();
-    r.released = Clock::now();
-    auto sent = send_with_fds(e.control.get(), message, stdio, "sandbox release");
-    if (!sent) {
-        fail_run(r, ErrorKind::SandboxError, "could not start the command: " + sent.error().what());
-        return;
+    if (r.request.stdin_frames) {
+        if (::pipe2(in_pipe, O_CLOEXEC) < 0) return false;
+        child_ends[0].reset(in_pipe[0]);
+        r.in.reset(in_pipe[1]);
     }
-    r.started = true;
-    if (r.request.timeout_ms) {
-        r.timer.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
-        itimerspec when{};
-        uint64_t ms = *r.request.timeout_ms;
-        when.it_value.tv_sec = static_cast<time_t>(ms / 1000);
-        when.it_value.tv_nsec = static_cast<long>((ms % 1000) * 1000000);
-        if (r.timer && ::timerfd_settime(r.timer.get(), 0, &when, nullptr) == 0) {
-            watch(r.timer.get(), EPOLLIN, Watch::Timer, r.id);
-        } else {
-            kill_sandbox(r);  // a deadline that cannot be kept is not run
-            r.exec_error = "the daemon could not arm the deadline";
-        }
+    stdio[0] = child_ends[0] ? child_ends[0].get() : dev_null_.get();
+    stdio[1] = child_ends[1].get();
+    stdio[2] = child_ends[2].get();
+    return true;
+}
+
+void Server::arm_deadline(Run& r) {
+    if (!r.request.timeout_ms) return;
+    r.timer.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+    itimerspec when{};
+    uint64_t ms = *r.request.timeout_ms;
+    when.it_value.tv_sec = static_cast<time_t>(ms / 1000);
+    when.it_value.tv_nsec = static_cast<long>((ms % 1000) * 1000000);
+    if (r.timer && ::timerfd_settime(r.timer.get(), 0, &when, nullptr) == 0) {
+        watch(r.timer.get(), EPOLLIN, Watch::Timer, r.id);
+    } else {
+        kill_sandbox(r);  // a deadline that cannot be kept is not run
+        r.exec_error = "the daemon could not arm the deadline";
     }
+}
+
+void Server::watch_pipes(Run& r) {
     for (int s = 0; s < 2; ++s) {
         r.out_open[s] = true;
         watch(r.out[s].get(), EPOLLIN, s == 0 ? Watch::Stdout : Watch::Stderr, r.id);
@@ -915,21 +821,69 @@ void Server::release(Run& r, Embryo& e) {
     }
 }
 
+void Server::release(Run& r, Embryo& e) {
+    r.embryo = e.id;
+    e.run = r.id;
+    ++served_;
+    if (r.purpose == Run::Purpose::MakeSession) {
+        release_session(r, e);
+        return;
+    }
+    e.state = Embryo::State::Running;
+
+    Release rel;
+    rel.argv = r.request.argv;
+    rel.env = r.request.env;
+    rel.cwd = r.request.cwd;
+    rel.drop_all_caps = r.request.drop_all_caps;
+    if (use_cgroups_) {
+        if (auto applied = apply_limits(e, limits_for(r.request.memory_mb, r.request.pids, r.request.cpus)); !applied) {
+            fail_run(r, ErrorKind::SandboxError, "sandbox limits: " + applied.error().what());
+            return;
+        }
+    } else {
+        rel.nproc_limit = r.request.pids + 1;  // the sandbox's init counts too
+        rel.address_limit = r.request.memory_mb << 20;
+    }
+
+    int stdio[3];
+    unique_fd child_ends[3];
+    if (!open_pipes(r, stdio, child_ends)) {
+        fail_run(r, ErrorKind::SandboxError, errno_text("pipe"));
+        return;
+    }
+    std::string message = "G" + rel.encode();
+    r.released = Clock::now();
+    auto sent = send_with_fds(e.control.get(), message, stdio, "sandbox release");
+    if (!sent) {
+        fail_run(r, ErrorKind::SandboxError, "could not start the command: " + sent.error().what());
+        return;
+    }
+    r.started = true;
+    arm_deadline(r);
+    watch_pipes(r);
+}
+
 // One read per readiness event (level-triggered): it never blocks, so the pipe's read end
 // stays blocking and the command's write end is never touched.
-void Server::on_output(Run& r, int s) {
-    if (!r.out_open[s]) return;
+bool Server::on_output(Run& r, int s) {
+    if (!r.out_open[s]) return false;
     char buf[65536];
     ssize_t n = ::read(r.out[s].get(), buf, sizeof buf);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return false;
     if (n <= 0) {
         r.out[s].reset();  // closing it takes it out of the epoll set
         r.out_open[s] = false;
         maybe_finish(r);
-        return;
+        return false;
     }
     std::string_view now = r.capture[s]->take(std::string_view(buf, static_cast<size_t>(n)));
+    if (r.purpose == Run::Purpose::File && s == 1) {
+        r.error_text.append(now);  // a file verb's message, for its error reply
+        return true;
+    }
     if (!now.empty() && !r.client_gone) send_frame(r, std::string(1, s == 0 ? kStdoutData : kStderrData) + std::string(now));
+    return true;
 }
 
 void Server::send_frame(Run& r, std::string frame) {
@@ -1009,6 +963,14 @@ void Server::on_client(Run& r, uint32_t events) {
                 return;
             }
             char tag = read_buffer_[0];
+            if (tag == kKill && static_cast<size_t>(n) <= 8) {
+                // The client's kill: a signal number (default SIGKILL) for a session's run; a
+                // sandbox of its own is killed whole.
+                int sig = n > 1 ? std::atoi(std::string(read_buffer_.data() + 1, static_cast<size_t>(n - 1)).c_str()) : SIGKILL;
+                if (sig <= 0 || sig >= 65) sig = SIGKILL;
+                if (r.started && !r.exited) kill_sandbox(r, r.session.empty() ? SIGKILL : sig);
+                continue;
+            }
             bool accepted = r.request.stdin_frames && !r.stdin_end && static_cast<size_t>(n) <= kMaxFrameData + 1 &&
                             (tag == kStdinData || (tag == kStdinEnd && n == 1));
             if (!accepted) {
@@ -1020,6 +982,7 @@ void Server::on_client(Run& r, uint32_t events) {
                 r.stdin_end = true;
             } else {
                 r.stdin_buffer.append(read_buffer_.data() + 1, static_cast<size_t>(n - 1));
+                r.stdin_bytes += static_cast<uint64_t>(n - 1);
             }
             if (r.in) {
                 on_stdin_writable(r);
@@ -1043,20 +1006,38 @@ void Server::on_timer(Run& r) {
     uint64_t expirations;
     if (::read(r.timer.get(), &expirations, sizeof expirations) != sizeof expirations) return;
     auto it = embryos_.find(r.embryo);
+    if (!r.session.empty() && r.timed_out) {
+        // A session's run that SIGKILL to its process group did not end: its init is not
+        // answering, and the session cannot be trusted with another run.
+        close_session(r.session, "a run did not end at its deadline");
+        return;
+    }
     if (r.timed_out || it == embryos_.end() || it->second->reaped) {
         kill_sandbox(r);
         return;
     }
     r.timed_out = true;
-    sys::pidfd_send_signal(it->second->pidfd.get(), SIGUSR1);
+    if (!r.session.empty()) {
+        kill_sandbox(r);
+    } else {
+        sys::pidfd_send_signal(it->second->pidfd.get(), SIGUSR1);
+    }
     itimerspec hard{};
     hard.it_value.tv_nsec = kHardKillMs * 1000000;
     if (::timerfd_settime(r.timer.get(), 0, &hard, nullptr) < 0) kill_sandbox(r);
 }
 
-void Server::kill_sandbox(Run& r) {
+void Server::kill_sandbox(Run& r, int signal) {
     auto it = embryos_.find(r.embryo);
     if (it == embryos_.end() || it->second->reaped) return;
+    if (!r.session.empty()) {
+        // A session's run: its process group, by the sandbox's init.
+        if (r.started && !r.exited && it->second->control) {
+            std::string m = "K" + std::to_string(r.id) + " " + std::to_string(signal);
+            ::send(it->second->control.get(), m.data(), m.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        }
+        return;
+    }
     // pid 1 of the sandbox's pid namespace: the kernel kills every other process in it.
     sys::pidfd_send_signal(it->second->pidfd.get(), SIGKILL);
 }
@@ -1089,6 +1070,18 @@ std::optional<std::string> pread_text(const unique_fd& fd) {
 }  // namespace
 
 void Server::collect_usage(Run& r, Embryo& e, RunOutcome& o) {
+    if (!r.session.empty()) {
+        // A session's sandbox runs more than this run: its own usage, from wait4.
+        o.cpu_ms = (r.usage.ru_utime.tv_sec + r.usage.ru_stime.tv_sec) * 1000.0 +
+                   (r.usage.ru_utime.tv_usec + r.usage.ru_stime.tv_usec) / 1000.0;
+        o.peak_memory_bytes = static_cast<uint64_t>(r.usage.ru_maxrss) * 1024;
+        auto s = sessions_.find(r.session);
+        o.limits.memory = o.limits.pids = use_cgroups_ ? "cgroup" : "rlimit";
+        o.limits.cpu = use_cgroups_ && s != sessions_.end() && s->second->settings.cpus > 0 ? "cgroup" : "none";
+        if (auto text = pread_text(e.memory_events))
+            o.oom_killed = static_cast<uint64_t>(cgroup_keyed_value(*text, "oom_kill")) > r.oom_kills_before;
+        return;
+    }
     if (!use_cgroups_) {
         double total = (r.usage.ru_utime.tv_sec + r.usage.ru_stime.tv_sec) * 1000.0 +
                        (r.usage.ru_utime.tv_usec + r.usage.ru_stime.tv_usec) / 1000.0;
@@ -1131,13 +1124,24 @@ void Server::maybe_finish(Run& r) {
     o.exec_error = r.exec_error;
     if (auto it = embryos_.find(r.embryo); it != embryos_.end()) collect_usage(r, *it->second, o);
     r.replied = true;
+    if (!r.session.empty()) {
+        if (auto s = sessions_.find(r.session); s != sessions_.end()) {
+            s->second->runs.erase(r.id);
+            s->second->last_active = Clock::now();
+        }
+        r.embryo = 0;  // the session's
+    }
+    if (r.purpose == Run::Purpose::File) {
+        finish_file_verb(r, o);
+        return;
+    }
     if (!r.client_gone) {
         for (int s = 0; s < 2; ++s)
             for (auto& f : frames(s == 0 ? kStdoutData : kStderrData, r.capture[s]->tail())) send_frame(r, std::move(f));
         send_frame(r, format_result(o));
     }
     // The reply first: removing v1 cgroups takes the kernel a while.
-    discard_embryo(r.embryo);
+    if (r.embryo) discard_embryo(r.embryo);
     r.embryo = 0;
     if (r.outbox.empty() || r.client_gone) drop_run(r.id);
 }
@@ -1151,14 +1155,17 @@ void Server::fail_run(Run& r, ErrorKind kind, const std::string& message) {
     }
     r.replied = true;
     r.client_gone = true;
-    if (r.embryo && embryos_.count(r.embryo)) {
+    if (!r.session.empty()) {
+        kill_sandbox(r);  // the run alone: its session goes on
+    } else if (r.embryo && embryos_.count(r.embryo)) {
         Embryo& e = *embryos_.at(r.embryo);
         if (e.state == Embryo::State::Building) {
-            e.run = 0;  // it joins its pool when ready
+            e.run = 0;  // it joins its pool when ready (a fork's child: it is retired then)
         } else {
             discard_embryo(r.embryo);
         }
     }
+    if (r.job) fork_child_done(r.job, r.id, "", message);
     drop_run(r.id);
 }
 
@@ -1166,9 +1173,12 @@ void Server::drop_run(uint64_t run_id) {
     auto it = runs_.find(run_id);
     if (it == runs_.end()) return;
     Run& r = *it->second;
-    if (r.embryo && embryos_.count(r.embryo)) {
+    if (!r.session.empty()) {
+        if (auto s = sessions_.find(r.session); s != sessions_.end()) s->second->runs.erase(r.id);
+    } else if (r.embryo && embryos_.count(r.embryo)) {
         Embryo& e = *embryos_.at(r.embryo);
-        if (e.state == Embryo::State::Running) {
+        // Running its command, or being made a session that is not one yet: it is this run's.
+        if (e.state == Embryo::State::Running || (e.state == Embryo::State::Session && !session_by_embryo_.count(e.id))) {
             discard_embryo(r.embryo);
         } else {
             e.run = 0;
@@ -1218,6 +1228,13 @@ void Server::shutdown() {
         }
         r->replied = true;
     }
+    for (auto& [id, f] : forks_) {
+        std::string m = format_error(ErrorKind::SandboxError, "the daemon stopped");
+        if (f->conn) ::send(f->conn.get(), m.data(), m.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    forks_.clear();
+    sessions_.clear();
+    session_by_embryo_.clear();
     std::vector<uint64_t> ids;
     std::vector<std::string> dirs;
     for (auto& [id, e] : embryos_) {
@@ -1244,14 +1261,16 @@ int Server::run() {
             want_refill |= static_cast<int>(p.ready.size()) + p.building < opt_.pool_size &&
                            (p.failures < kBuildFailuresBeforePause || Clock::now() >= p.retry_at);
         // Requests first: embryos are made only when nothing else waits.
-        int n = ::epoll_wait(epoll_.get(), events, 64, want_refill ? 0 : 10000);
+        int next_expiry = expire_sessions();
+        int idle_wait = next_expiry >= 0 ? std::min(next_expiry, 10000) : 10000;
+        int n = ::epoll_wait(epoll_.get(), events, 64, want_refill ? 0 : idle_wait);
         if (n < 0 && errno != EINTR) {
             log::error("sandbox: " + errno_text("epoll_wait"));
             break;
         }
         if (n == 0 && want_refill) {
             if (!refill_one()) {
-                n = ::epoll_wait(epoll_.get(), events, 64, 1000);
+                n = ::epoll_wait(epoll_.get(), events, 64, std::min(idle_wait, 1000));
                 if (n < 0) n = 0;
             }
         }
@@ -1260,8 +1279,6 @@ int Server::run() {
     shutdown();
     return 0;
 }
-
-}  // namespace
 
 int serve_sandboxes(int handoff, int listener, const ServerOptions& options) {
     Server s(handoff, listener, options);

@@ -1,0 +1,245 @@
+// The sandbox service's state and its one event loop (server.hpp says why it is a process
+// of its own), shared by server.cpp (connections, embryos, runs) and sessions.cpp (sessions:
+// create, run in one, file verbs, fork, pause, list, close, expiry). Internal to those two.
+#pragma once
+
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "libforkbox/base/fd.hpp"
+#include "libforkbox/cgroup/cgroups.hpp"
+#include "libforkbox/sandbox/profile.hpp"
+#include "libforkbox/sandbox/request.hpp"
+#include "libforkbox/sandbox/server.hpp"
+#include "oci/spec.hpp"
+
+namespace forkbox::sandbox {
+
+using Clock = std::chrono::steady_clock;
+
+inline double ms_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// What an epoll event is about: the kind of fd and whose it is.
+enum class Watch : uint8_t { Signals, Handoff, Listener, Builder, NewConn, Control, Pidfd, Stdout, Stderr, Stdin, Timer, Client };
+
+inline uint64_t token(Watch w, uint64_t id) { return (static_cast<uint64_t>(w) << 56) | id; }
+
+// One request being served on a connection: a command (in a fresh sandbox, or in a
+// session's), a file verb in a session, or the making of a session (for a create, or as
+// one child of a fork, which has no connection of its own).
+struct Run {
+    enum class Purpose : uint8_t { Command, File, MakeSession };
+    uint64_t id = 0;
+    Purpose purpose = Purpose::Command;
+    unique_fd conn;
+    uid_t peer = 0;
+    RunRequest request;
+    SandboxKind kind;
+    std::string session;          // Command/File: the session it runs in ("" for a fresh sandbox)
+    FileRequest file;             // File
+    SessionRequest make;          // MakeSession: what the session is
+    std::string parent;           // MakeSession of a fork: the parent session
+    uint64_t job = 0;             // MakeSession of a fork: its job
+    uint64_t embryo = 0;  // 0: none yet
+    unique_fd out[2];     // read ends of stdout, stderr
+    bool out_open[2] = {false, false};
+    unique_fd in;  // write end of stdin
+    std::string stdin_buffer;
+    bool stdin_end = false;
+    uint64_t stdin_bytes = 0;  // taken from the client
+    bool stdin_refused = false;  // the command closed its end
+    std::optional<OutputCapture> capture[2];
+    std::deque<std::string> outbox;  // frames the client's socket did not take yet
+    unique_fd timer;
+    Clock::time_point released{}, ended{};
+    bool started = false, exited = false, timed_out = false, client_gone = false, replied = false;
+    int status = 0;
+    rusage usage{};
+    std::optional<std::string> exec_error;
+    bool usage_is_command = false;  // `usage` is the command's own (the embryo's "W")
+    uint64_t oom_kills_before = 0;  // a session's count when the run began
+    std::string error_text;         // a file verb's stderr: its error message
+};
+
+struct Embryo {
+    uint64_t id = 0;
+    pid_t pid = -1;
+    unique_fd pidfd, control;
+    SandboxKind kind;
+    std::vector<std::string> cgroup_dirs;  // per hierarchy of the service's layout
+    oci::Resources applied;  // the limits its cgroups have now
+    enum class State { Building, Ready, Running, Session } state = State::Building;
+    uint64_t run = 0;  // reserved for or running this run
+    bool pooled = false;  // made for its kind's pool (counted in Pool::building while made)
+    bool fork = false;    // a fork's child: made for its run alone, never another's
+    bool copied = false;  // a fork's child said its parent's state is copied ("C")
+    std::string failure;  // "F" message
+    // Its mount namespace, held from ready on: the sandbox's last process then exits without
+    // unmounting its ~20 mounts (an RCU grace period and superblock teardowns before its
+    // parent hears of the exit); the builder drops it afterwards, off the request path.
+    unique_fd mount_ns;
+    double setup_cpu_ms = 0;  // its own CPU time when ready: not the command's
+    // Its cgroups' usage files, opened when it is ready so that a result costs one pread each.
+    unique_fd cpu_usage, memory_peak, memory_events;
+    bool cpu_usage_keyed = false;  // v2 cpu.stat (usage_usec) instead of v1 cpuacct.usage (ns)
+    Clock::time_point asked = Clock::now();
+    bool reaped = false;
+    bool retired = false;  // killed unused (a pool already full): its exit is no failure
+};
+
+struct Pool {
+    std::deque<uint64_t> ready;
+    int building = 0;
+    int failures = 0;  // builds failed in a row
+    Clock::time_point retry_at{};
+};
+
+// A sandbox that lives for many runs and file verbs.
+struct Session {
+    std::string id;
+    uint64_t embryo = 0;
+    uid_t owner = 0;
+    SessionRequest settings;
+    SandboxKind kind;
+    std::string parent;  // the session it was forked from
+    unique_fd stage;     // its stage tmpfs (a fork's source)
+    Clock::time_point created = Clock::now(), last_active = Clock::now();
+    std::set<uint64_t> runs;  // live runs and file verbs
+    uint64_t served = 0;
+    bool paused = false;
+    // Who waits for the init's "s" / "t": a pause's or resume's connection, or a fork job.
+    struct Waiter {
+        char reply;  // 's' or 't'
+        unique_fd conn;
+        uint64_t job = 0;
+    };
+    std::deque<Waiter> waiters;
+};
+
+// A fork: its parent is stopped, `count` children copy its state, it goes on.
+struct ForkJob {
+    uint64_t id = 0;
+    unique_fd conn;
+    std::string parent;
+    uint64_t count = 0;
+    std::vector<uint64_t> children;  // their MakeSession runs
+    std::vector<std::string> made;   // their sessions, in order
+    std::set<uint64_t> copied;  // children (their runs) that copied, or failed before
+    uint64_t failed = 0;
+    bool stopped = false, resumed = false, was_paused = false;
+    std::string error;
+    Clock::time_point asked = Clock::now();
+};
+
+class Server {
+public:
+    Server(int handoff, int listener, const ServerOptions& o) : handoff_(handoff), listener_(listener), opt_(o) {}
+    int run();
+
+private:
+    Result<void> setup();
+    void watch(int fd, uint32_t events, Watch w, uint64_t id);
+    void rewatch(int fd, uint32_t events, Watch w, uint64_t id);
+    void unwatch(int fd);
+    void dispatch(const epoll_event& ev);
+
+    void accept_handoff();
+    void accept_connections();
+    void classify(unique_fd conn);
+    bool peer_allowed(int conn);
+    void read_first_message(uint64_t id);
+    void reply_and_close(unique_fd conn, const std::string& message);
+    Run& start_run(unique_fd conn, RunRequest request, uid_t peer);
+    std::string info_json();
+    size_t live_sandboxes() const;
+
+    Result<uint64_t> start_embryo(const SandboxKind& kind, uint64_t reserved_for, int fork_source = -1);
+    void on_builder();
+    void build_failed(uint64_t embryo_id, const std::string& why);
+    void remove_later(const std::vector<std::string>& dirs, unique_fd mount_ns = {});
+    void on_control(uint64_t embryo_id);
+    void on_session_message(Embryo& e, std::string_view m, std::vector<unique_fd>& fds);
+    void on_embryo_exit(uint64_t embryo_id);
+    void embryo_ready(Embryo& e);
+    void discard_embryo(uint64_t embryo_id);
+    bool refill_one();
+
+    void place(Run& r);
+    void release(Run& r, Embryo& e);
+    Result<void> apply_limits(Embryo& e, const oci::Resources& want);
+    bool open_pipes(Run& r, int* stdio, unique_fd* child_ends);
+    void arm_deadline(Run& r);
+    void watch_pipes(Run& r);
+    bool on_output(Run& r, int stream);  // false: nothing more to read now
+    void on_stdin_writable(Run& r);
+    void on_client(Run& r, uint32_t events);
+    void on_timer(Run& r);
+    void send_frame(Run& r, std::string frame);
+    void flush_outbox(Run& r);
+    void kill_sandbox(Run& r, int signal = SIGKILL);
+    void maybe_finish(Run& r);
+    void fail_run(Run& r, ErrorKind kind, const std::string& message);
+    void drop_run(uint64_t run_id);
+    void collect_usage(Run& r, Embryo& e, RunOutcome& o);
+    void open_usage_files(Embryo& e);
+    void serve_first_message(unique_fd conn);
+    oci::Resources limits_for(uint64_t memory_mb, uint64_t pids, double cpus) const;
+    void shutdown();
+
+    // sessions.cpp
+    void serve_session_verb(unique_fd conn, const FirstMessage& first, uid_t peer);
+    Session* find_session(const std::string& id, uid_t peer, unique_fd& conn);
+    void start_in_session(Run& r, Session& s);
+    void release_session(Run& r, Embryo& e);
+    void session_made(Run& r, Embryo& e, unique_fd stage);
+    void finish_file_verb(Run& r, const RunOutcome& o);
+    void close_session(std::string id, const std::string& reason);  // by value: it erases its holder
+    void start_fork(unique_fd conn, Session& parent, uint64_t count);
+    void on_session_stopped(Session& s, char reply);
+    void fork_child_copied(uint64_t job_id, uint64_t run_id);
+    void fork_child_done(uint64_t job_id, uint64_t run_id, const std::string& session, const std::string& error);
+    void resume_fork_parent(ForkJob& job);
+    void finish_fork(ForkJob& job);
+    std::string sessions_json(uid_t peer);
+    int expire_sessions();  // ms until the next expiry, -1: none
+
+    int handoff_;
+    int listener_;
+    ServerOptions opt_;
+    unique_fd epoll_, signals_, dev_null_, builder_;
+    bool mapped_range_ = false;  // a root daemon
+    uid_t euid_ = ::geteuid();
+    bool use_cgroups_ = false;
+    bool idmapped_lower_ = true;  // until it fails once
+    CgroupLayout layout_;         // the hierarchies sandboxes get cgroups in
+    std::map<uint64_t, unique_fd> new_conns_;
+    std::map<uint64_t, std::unique_ptr<Embryo>> embryos_;
+    std::map<uint64_t, std::unique_ptr<Run>> runs_;
+    std::map<SandboxKind, Pool> pools_;
+    std::map<pid_t, uint64_t> embryo_by_pid_;
+    std::map<std::string, std::unique_ptr<Session>> sessions_;
+    std::map<uint64_t, std::string> session_by_embryo_;
+    std::map<std::string, std::string> ended_;  // recently ended sessions: why (bounded)
+    std::deque<std::string> ended_order_;
+    std::map<uint64_t, std::unique_ptr<ForkJob>> forks_;
+    uint64_t next_id_ = 1;
+    uint64_t served_ = 0, failed_builds_ = 0, built_ = 0;
+    double build_ms_total_ = 0, build_cpu_ms_total_ = 0;  // asked -> ready; the embryos' own CPU
+    bool stopping_ = false;
+    std::string read_buffer_ = std::string(kMaxRequestBytes + 1, '\0');
+};
+
+}  // namespace forkbox::sandbox

@@ -1,0 +1,537 @@
+// Sessions: a sandbox made once and kept for many runs and file verbs (docs/sandbox-protocol.md,
+// "Sessions"). Its init stays (embryo.cpp, session_loop) and starts each run as a process
+// group of its own; the service keeps its stage (a fork's source), its deadline and its
+// clients, and ends it on close, ttl, idleness, or its init's death.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include "libforkbox/base/json.hpp"
+#include "libforkbox/base/log.hpp"
+#include "libforkbox/base/syscalls.hpp"
+#include "libforkbox/base/unix_socket.hpp"
+#include "libforkbox/cgroup/oom.hpp"
+#include "libforkbox/sandbox/embryo.hpp"
+#include "libforkbox/sandbox/service.hpp"
+
+namespace forkbox::sandbox {
+
+namespace {
+
+constexpr size_t kEndedKept = 1024;             // why recently ended sessions ended
+constexpr uint64_t kFileVerbTimeoutMs = 60000;  // a read of a fifo must not hang a client
+constexpr uint64_t kFileErrorBytes = 4096;
+
+std::string new_session_id() {
+    unsigned char bytes[8] = {};
+    if (::getrandom(bytes, sizeof bytes, 0) != sizeof bytes) {
+        uint64_t t = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+        std::memcpy(bytes, &t, sizeof bytes);
+    }
+    static const char hex[] = "0123456789abcdef";
+    std::string id = "sb-";
+    for (unsigned char b : bytes) {
+        id.push_back(hex[b >> 4]);
+        id.push_back(hex[b & 15]);
+    }
+    return id;
+}
+
+void send_final(const unique_fd& conn, const std::string& m) {
+    if (conn) ::send(conn.get(), m.data(), m.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+std::string result(const std::function<void(json::Writer&)>& fill) {
+    json::Writer w;
+    w.begin_object();
+    fill(w);
+    w.end_object();
+    return std::string(1, kResult) + w.take();
+}
+
+double seconds_since(Clock::time_point t) { return ms_between(t, Clock::now()) / 1000.0; }
+
+}  // namespace
+
+void Server::serve_session_verb(unique_fd conn, const FirstMessage& first, uid_t peer) {
+    const std::string& verb = first.verb;
+    auto invalid = [&](const Error& e) { reply_and_close(std::move(conn), format_error(ErrorKind::InvalidRequest, e.what())); };
+    if (stopping_ && verb != "list") {
+        reply_and_close(std::move(conn), format_error(ErrorKind::SandboxError, "the daemon is stopping"));
+        return;
+    }
+    if (verb == "create") {
+        auto request = parse_create_request(first.body, opt_.defaults);
+        if (!request) return invalid(request.error());
+        if (live_sandboxes() >= static_cast<size_t>(opt_.max_live)) {
+            reply_and_close(std::move(conn), format_error(ErrorKind::Busy, std::to_string(live_sandboxes()) +
+                                                                               " sandboxes are live: retry later"));
+            return;
+        }
+        RunRequest placeholder;
+        placeholder.network = request->network;
+        placeholder.mounts = request->mounts;
+        Run& r = start_run(std::move(conn), std::move(placeholder), peer);
+        r.purpose = Run::Purpose::MakeSession;
+        r.make = std::move(*request);
+        place(r);
+        return;
+    }
+    if (verb == "list") {
+        if (auto ref = parse_list_request(first.body); !ref) return invalid(ref.error());
+        reply_and_close(std::move(conn), sessions_json(peer));
+        return;
+    }
+    if (verb == "file") {
+        auto request = parse_file_request(first.body);
+        if (!request) return invalid(request.error());
+        Session* s = find_session(request->session, peer, conn);
+        if (!s) return;
+        RunRequest run;
+        run.argv = {"(file)"};
+        run.session = s->id;
+        run.stdin_frames = request->file.op == FileOp::Write;
+        run.max_output = kMaxOutputLimit;
+        run.timeout_ms = kFileVerbTimeoutMs;
+        Run& r = start_run(std::move(conn), std::move(run), peer);
+        r.purpose = Run::Purpose::File;
+        r.file = request->file;
+        r.capture[1].emplace(kFileErrorBytes);
+        start_in_session(r, *s);
+        return;
+    }
+    if (verb == "fork") {
+        auto request = parse_fork_request(first.body);
+        if (!request) return invalid(request.error());
+        Session* s = find_session(request->session, peer, conn);
+        if (!s) return;
+        start_fork(std::move(conn), *s, request->count);
+        return;
+    }
+    if (verb == "close" || verb == "pause" || verb == "resume") {
+        auto id = parse_session_ref(first.body, verb);
+        if (!id) return invalid(id.error());
+        Session* s = find_session(*id, peer, conn);
+        if (!s) return;
+        if (verb == "close") {
+            close_session(s->id, "closed by its client");
+            reply_and_close(std::move(conn), result([&](json::Writer& w) { w.key("closed").value(*id); }));
+            return;
+        }
+        bool pause = verb == "pause";
+        Embryo* e = embryos_.count(s->embryo) ? embryos_.at(s->embryo).get() : nullptr;
+        bool pending = std::any_of(s->waiters.begin(), s->waiters.end(), [](auto& w) { return w.job; });
+        if (pause == s->paused || !e || !e->control || pending) {
+            if (pending) {
+                reply_and_close(std::move(conn), format_error(ErrorKind::Busy, "the sandbox is being forked: retry later"));
+                return;
+            }
+            reply_and_close(std::move(conn), result([&](json::Writer& w) { w.key("paused").value(s->paused); }));
+            return;
+        }
+        std::string m(1, pause ? 'S' : 'T');
+        ::send(e->control.get(), m.data(), m.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        s->waiters.push_back(Session::Waiter{pause ? 's' : 't', std::move(conn), 0});
+        return;
+    }
+    reply_and_close(std::move(conn), format_error(ErrorKind::InvalidRequest,
+                                                  "unknown verb \"" + verb.substr(0, 32) +
+                                                      "\" (this daemon serves: run, info, create, file, fork, pause, resume, "
+                                                      "list, close)"));
+}
+
+Session* Server::find_session(const std::string& id, uid_t peer, unique_fd& conn) {
+    auto it = sessions_.find(id);
+    // Another user's session is not there for this peer.
+    if (it != sessions_.end() && (it->second->owner == peer || peer == euid_)) return it->second.get();
+    std::string why = "no sandbox \"" + id + "\" here";
+    if (auto e = ended_.find(id); e != ended_.end() && it == sessions_.end()) why = "the sandbox " + id + " has ended: " + e->second;
+    reply_and_close(std::move(conn), format_error(ErrorKind::NoSuchSandbox, why));
+    return nullptr;
+}
+
+// A made embryo becomes a session: its limits, then "L"; it answers "l" with its stage.
+void Server::release_session(Run& r, Embryo& e) {
+    e.state = Embryo::State::Session;
+    Release limits;
+    if (use_cgroups_) {
+        if (auto applied = apply_limits(e, limits_for(r.make.memory_mb, r.make.pids, r.make.cpus)); !applied) {
+            fail_run(r, ErrorKind::SandboxError, "sandbox limits: " + applied.error().what());
+            return;
+        }
+    } else {
+        limits.nproc_limit = r.make.pids + 1;
+        limits.address_limit = r.make.memory_mb << 20;
+    }
+    std::string m = "L" + std::to_string(limits.nproc_limit) + " " + std::to_string(limits.address_limit) + " " +
+                    (r.make.drop_all_caps ? "1" : "0");
+    r.started = true;
+    r.released = Clock::now();
+    if (::send(e.control.get(), m.data(), m.size(), MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+        fail_run(r, ErrorKind::SandboxError, "could not make the session: " + std::string(std::strerror(errno)));
+}
+
+void Server::session_made(Run& r, Embryo& e, unique_fd stage) {
+    auto s = std::make_unique<Session>();
+    s->id = new_session_id();
+    s->embryo = e.id;
+    s->owner = r.peer;
+    s->settings = r.make;
+    s->kind = r.kind;
+    s->parent = r.parent;
+    s->stage = std::move(stage);
+    std::string id = s->id;
+    e.run = 0;
+    session_by_embryo_[e.id] = id;
+    sessions_[id] = std::move(s);
+    r.replied = true;
+    if (r.job) {
+        fork_child_done(r.job, r.id, id, "");
+    } else {
+        Session& made = *sessions_.at(id);
+        send_final(r.conn, result([&](json::Writer& w) {
+            w.key("session").value(id);
+            w.key("limits").begin_object();
+            std::string limit = use_cgroups_ ? "cgroup" : "rlimit";
+            w.key("memory").value(limit).key("pids").value(limit);
+            w.key("cpu").value(use_cgroups_ && made.settings.cpus > 0 ? "cgroup" : "none");
+            w.end_object();
+            w.key("ms").value(ms_between(r.released, Clock::now()));
+        }));
+    }
+    drop_run(r.id);
+}
+
+void Server::on_session_message(Embryo& e, std::string_view m, std::vector<unique_fd>& fds) {
+    char tag = m.front();
+    m.remove_prefix(1);
+    if (tag == 'l') {
+        auto r = runs_.find(e.run);
+        if (r == runs_.end() || fds.size() != 1) {
+            discard_embryo(e.id);  // its client left while it was made
+            return;
+        }
+        session_made(*r->second, e, std::move(fds[0]));
+        return;
+    }
+    if (tag == 's' || tag == 't') {
+        if (auto s = session_by_embryo_.find(e.id); s != session_by_embryo_.end())
+            on_session_stopped(*sessions_.at(s->second), tag);
+        return;
+    }
+    uint64_t id = std::strtoull(std::string(m.substr(0, m.find(' '))).c_str(), nullptr, 10);
+    std::string_view rest = m.substr(std::min(m.size(), m.find(' ') + 1));
+    auto it = runs_.find(id);
+    if (it == runs_.end() || it->second->embryo != e.id) return;  // dropped already
+    Run& r = *it->second;
+    if (tag == 'x') {
+        rest.remove_prefix(std::min(rest.size(), rest.find(' ') + 1));  // its errno
+        r.exec_error = std::string(rest);
+        return;
+    }
+    if (tag != 'w' || r.exited) return;
+    unsigned long long status = 0, user_us = 0, system_us = 0, rss_kb = 0;
+    std::sscanf(std::string(rest).c_str(), "%llu %llu %llu %llu", &status, &user_us, &system_us, &rss_kb);
+    r.exited = true;
+    r.status = static_cast<int>(status);
+    r.ended = Clock::now();
+    r.usage.ru_utime.tv_sec = static_cast<time_t>(user_us / 1000000);
+    r.usage.ru_utime.tv_usec = static_cast<suseconds_t>(user_us % 1000000);
+    r.usage.ru_stime.tv_sec = static_cast<time_t>(system_us / 1000000);
+    r.usage.ru_stime.tv_usec = static_cast<suseconds_t>(system_us % 1000000);
+    r.usage.ru_maxrss = static_cast<long>(rss_kb);
+    r.usage_is_command = true;
+    r.timer.reset();
+    // The run is its first process: what it wrote is in the pipes now. What it left running
+    // in the background may hold them open; it does not hold up the result.
+    for (int s = 0; s < 2; ++s) {
+        while (r.out_open[s] && on_output(r, s)) {
+        }
+        if (r.out_open[s]) {
+            r.out[s].reset();
+            r.out_open[s] = false;
+        }
+    }
+    if (r.in) {
+        unwatch(r.in.get());
+        r.in.reset();
+    }
+    maybe_finish(r);
+}
+
+void Server::start_in_session(Run& r, Session& s) {
+    r.session = s.id;
+    if (s.paused) {
+        fail_run(r, ErrorKind::SandboxError, "the sandbox " + s.id + " is paused: resume it first");
+        return;
+    }
+    auto it = embryos_.find(s.embryo);
+    if (it == embryos_.end() || !it->second->control) {
+        fail_run(r, ErrorKind::SandboxError, "the sandbox " + s.id + " is gone");
+        return;
+    }
+    Embryo& e = *it->second;
+    r.embryo = e.id;
+    s.runs.insert(r.id);
+    s.last_active = Clock::now();
+    ++s.served;
+    ++served_;
+    if (!r.request.timeout_ms) r.request.timeout_ms = s.settings.timeout_ms;
+    std::string message;
+    if (r.purpose == Run::Purpose::File) {
+        message = "O" + std::to_string(r.id) + "\n" + r.file.encode();
+    } else {
+        Release rel;
+        rel.argv = r.request.argv;
+        rel.env = r.request.env;
+        rel.cwd = r.request.cwd;
+        message = "G" + std::to_string(r.id) + "\n" + rel.encode();
+    }
+    int stdio[3];
+    unique_fd child_ends[3];
+    if (!open_pipes(r, stdio, child_ends)) {
+        fail_run(r, ErrorKind::SandboxError, "pipe: " + std::string(std::strerror(errno)));
+        return;
+    }
+    // Read to the end when the run's first process ends (on_session_message).
+    for (auto& fd : r.out) ::fcntl(fd.get(), F_SETFL, O_NONBLOCK);
+    if (e.memory_events) {
+        char buf[1024];
+        ssize_t n = ::pread(e.memory_events.get(), buf, sizeof buf - 1, 0);
+        if (n > 0) r.oom_kills_before = static_cast<uint64_t>(cgroup_keyed_value(std::string(buf, static_cast<size_t>(n)), "oom_kill"));
+    }
+    r.released = Clock::now();
+    auto sent = send_with_fds(e.control.get(), message, stdio, "sandbox release");
+    if (!sent) {
+        fail_run(r, ErrorKind::SandboxError, "could not start the command: " + sent.error().what());
+        return;
+    }
+    r.started = true;
+    arm_deadline(r);
+    watch_pipes(r);
+}
+
+void Server::finish_file_verb(Run& r, const RunOutcome& o) {
+    if (!r.client_gone) {
+        if (o.exit_code == 0 && !o.timed_out && r.capture[0]->dropped() == 0) {
+            for (auto& f : frames(kStdoutData, r.capture[0]->tail())) send_frame(r, std::move(f));
+            send_frame(r, result([&](json::Writer& w) { w.key("ok").value(true).key("bytes").value(r.file.op == FileOp::Write ? r.stdin_bytes : o.stdout_bytes); }));
+        } else {
+            r.outbox.clear();
+            int err = o.exit_code > 0 && o.exit_code < 126 ? o.exit_code : EIO;
+            std::string message = r.error_text;
+            while (!message.empty() && message.back() == '\n') message.pop_back();
+            if (o.timed_out) {
+                err = ETIMEDOUT;
+                message = r.file.path + ": the file verb did not end within " + std::to_string(kFileVerbTimeoutMs / 1000) + " s";
+            } else if (r.capture[0]->dropped()) {
+                err = EFBIG;
+                message = r.file.path + ": larger than " + std::to_string(kMaxOutputLimit >> 20) + " MiB, the most a read returns";
+            } else if (message.empty()) {
+                message = r.file.path + ": " + (o.exec_error ? *o.exec_error : std::string(std::strerror(err)));
+            }
+            send_frame(r, format_file_error(err, message));
+        }
+    }
+    if (r.outbox.empty() || r.client_gone) drop_run(r.id);
+}
+
+void Server::close_session(std::string id, const std::string& reason) {
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return;
+    Session& s = *it->second;
+    std::vector<uint64_t> runs(s.runs.begin(), s.runs.end());
+    for (uint64_t run : runs)
+        if (auto r = runs_.find(run); r != runs_.end())
+            fail_run(*r->second, ErrorKind::NoSuchSandbox, "the sandbox " + id + " has ended: " + reason);
+    for (auto& w : s.waiters) {
+        send_final(w.conn, format_error(ErrorKind::NoSuchSandbox, "the sandbox " + id + " has ended: " + reason));
+        if (w.job && forks_.count(w.job)) {
+            ForkJob& job = *forks_.at(w.job);
+            job.error = "the parent sandbox ended: " + reason;
+            job.failed = job.count;
+            finish_fork(job);
+        }
+    }
+    uint64_t embryo = s.embryo;
+    session_by_embryo_.erase(embryo);
+    sessions_.erase(it);
+    discard_embryo(embryo);  // SIGKILL to its init: the kernel ends the rest
+    ended_[id] = reason;
+    ended_order_.push_back(id);
+    if (ended_order_.size() > kEndedKept) {
+        ended_.erase(ended_order_.front());
+        ended_order_.pop_front();
+    }
+}
+
+void Server::on_session_stopped(Session& s, char reply) {
+    if (s.waiters.empty() || s.waiters.front().reply != reply) return;
+    Session::Waiter w = std::move(s.waiters.front());
+    s.waiters.pop_front();
+    if (w.job) {
+        auto job = forks_.find(w.job);
+        if (job == forks_.end()) return;
+        ForkJob& j = *job->second;
+        j.stopped = true;
+        uint64_t job_id = j.id, count = j.count;
+        for (uint64_t i = 0; i < count; ++i) {
+            RunRequest placeholder;
+            placeholder.network = s.kind.network;
+            placeholder.mounts = s.kind.mounts;
+            Run& r = start_run(unique_fd{}, std::move(placeholder), s.owner);
+            r.purpose = Run::Purpose::MakeSession;
+            r.make = s.settings;
+            r.parent = s.id;
+            r.job = job_id;
+            j.children.push_back(r.id);
+            auto id = start_embryo(s.kind, r.id, s.stage.get());
+            if (!id) {
+                fail_run(r, ErrorKind::SandboxError, "could not make the sandbox: " + id.error().what());
+                if (!forks_.count(job_id)) return;  // it ended with that failure
+                continue;
+            }
+            r.embryo = *id;
+        }
+        return;
+    }
+    if (w.reply == 's' || w.reply == 't') s.paused = w.reply == 's';
+    send_final(w.conn, result([&](json::Writer& wr) { wr.key("paused").value(s.paused); }));
+}
+
+void Server::start_fork(unique_fd conn, Session& parent, uint64_t count) {
+    if (live_sandboxes() + count > static_cast<size_t>(opt_.max_live)) {
+        reply_and_close(std::move(conn), format_error(ErrorKind::Busy, std::to_string(live_sandboxes()) +
+                                                                           " sandboxes are live: retry later"));
+        return;
+    }
+    auto it = embryos_.find(parent.embryo);
+    if (it == embryos_.end() || !it->second->control || !parent.stage) {
+        reply_and_close(std::move(conn), format_error(ErrorKind::SandboxError, "the sandbox " + parent.id + " is gone"));
+        return;
+    }
+    auto job = std::make_unique<ForkJob>();
+    job->id = next_id_++;
+    job->conn = std::move(conn);
+    job->parent = parent.id;
+    job->count = count;
+    job->was_paused = parent.paused;
+    uint64_t id = job->id;
+    forks_[id] = std::move(job);
+    // Stopped first (unless paused already), so that the children copy a still state.
+    if (!parent.paused) ::send(it->second->control.get(), "S", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    parent.waiters.push_back(Session::Waiter{'s', {}, id});
+    if (parent.paused) on_session_stopped(parent, 's');
+}
+
+void Server::fork_child_copied(uint64_t job_id, uint64_t run_id) {
+    auto it = forks_.find(job_id);
+    if (it == forks_.end()) return;
+    ForkJob& job = *it->second;
+    job.copied.insert(run_id);
+    if (job.copied.size() >= job.count) resume_fork_parent(job);
+}
+
+void Server::resume_fork_parent(ForkJob& job) {
+    if (job.resumed) return;
+    job.resumed = true;
+    if (job.was_paused) return;
+    auto s = sessions_.find(job.parent);
+    if (s == sessions_.end()) return;
+    auto e = embryos_.find(s->second->embryo);
+    if (e == embryos_.end() || !e->second->control) return;
+    ::send(e->second->control.get(), "T", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    s->second->waiters.push_back(Session::Waiter{'t', {}, 0});
+}
+
+void Server::fork_child_done(uint64_t job_id, uint64_t run_id, const std::string& session, const std::string& error) {
+    auto it = forks_.find(job_id);
+    if (it == forks_.end()) return;
+    ForkJob& job = *it->second;
+    if (!error.empty()) {
+        ++job.failed;
+        if (job.error.empty()) job.error = error;
+    } else {
+        job.made.push_back(session);
+    }
+    fork_child_copied(job_id, run_id);  // a failed child copies nothing more
+    if (job.made.size() + job.failed >= job.count) finish_fork(job);
+}
+
+void Server::finish_fork(ForkJob& job) {
+    resume_fork_parent(job);
+    if (job.failed) {
+        for (const auto& id : job.made) close_session(id, "its fork failed");
+        send_final(job.conn, format_error(ErrorKind::SandboxError, "fork: " + job.error));
+    } else {
+        std::vector<std::string> ordered = job.made;
+        send_final(job.conn, result([&](json::Writer& w) {
+            w.key("sessions").begin_array();
+            for (const auto& id : ordered) w.value(id);
+            w.end_array();
+            w.key("ms").value(ms_between(job.asked, Clock::now()));
+        }));
+    }
+    forks_.erase(job.id);
+}
+
+std::string Server::sessions_json(uid_t peer) {
+    return result([&](json::Writer& w) {
+        w.key("sessions").begin_array();
+        for (const auto& [id, s] : sessions_) {
+            if (s->owner != peer && peer != euid_) continue;
+            w.begin_object();
+            w.key("id").value(id);
+            w.key("parent");
+            if (s->parent.empty()) w.null();
+            else w.value(s->parent);
+            w.key("age_s").value(seconds_since(s->created));
+            w.key("idle_s").value(s->runs.empty() ? seconds_since(s->last_active) : 0.0);
+            w.key("ttl_s");
+            if (s->settings.ttl_s) w.value(*s->settings.ttl_s);
+            else w.null();
+            w.key("idle_timeout_s").value(s->settings.idle_s);
+            w.key("running").value(static_cast<uint64_t>(s->runs.size()));
+            w.key("served").value(s->served);
+            w.key("paused").value(s->paused);
+            w.key("memory_mb").value(s->settings.memory_mb).key("pids").value(s->settings.pids);
+            w.key("network").value(s->settings.network);
+            w.end_object();
+        }
+        w.end_array();
+    });
+}
+
+int Server::expire_sessions() {
+    if (sessions_.empty()) return -1;
+    auto now = Clock::now();
+    std::vector<std::pair<std::string, std::string>> expired;
+    int64_t next_ms = -1;
+    for (const auto& [id, s] : sessions_) {
+        auto consider = [&](Clock::time_point at, std::string why) {
+            int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(at - now).count();
+            if (ms <= 0) {
+                expired.emplace_back(id, std::move(why));
+                return;
+            }
+            if (next_ms < 0 || ms < next_ms) next_ms = ms;
+        };
+        if (s->settings.ttl_s)
+            consider(s->created + std::chrono::seconds(*s->settings.ttl_s),
+                     "expired (its ttl of " + std::to_string(*s->settings.ttl_s) + " s)");
+        if (s->runs.empty() && s->waiters.empty())
+            consider(s->last_active + std::chrono::seconds(s->settings.idle_s),
+                     "idle for " + std::to_string(s->settings.idle_s) + " s");
+    }
+    for (const auto& [id, why] : expired) close_session(id, why);
+    if (!expired.empty()) return 0;
+    return next_ms < 0 ? -1 : static_cast<int>(std::min<int64_t>(next_ms + 1, 1 << 30));
+}
+
+}  // namespace forkbox::sandbox

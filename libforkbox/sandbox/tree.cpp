@@ -1,0 +1,409 @@
+#include "libforkbox/sandbox/tree.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "libforkbox/base/fd.hpp"
+#include "libforkbox/base/json.hpp"
+#include "libforkbox/base/syscalls.hpp"
+
+namespace forkbox::sandbox {
+
+namespace {
+
+// Paths inside the sandbox resolve in its root, and /proc's magic links (which can name
+// what lies outside the mount namespace's view) are refused.
+constexpr uint64_t kResolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+
+std::string relative(const std::string& sandbox_path) {
+    std::string r = sandbox_path.substr(1);
+    return r.empty() ? "." : r;
+}
+
+char type_of(const struct stat& st) {
+    if (S_ISREG(st.st_mode)) return 'f';
+    if (S_ISDIR(st.st_mode)) return 'd';
+    if (S_ISLNK(st.st_mode)) return 'l';
+    if (S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0)) return 'w';
+    return 'o';
+}
+
+std::string_view type_name(char t) {
+    switch (t) {
+        case 'f': return "file";
+        case 'd': return "dir";
+        case 'l': return "symlink";
+        default: return "other";
+    }
+}
+
+int64_t mtime_ns(const struct stat& st) { return st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec; }
+
+bool write_all(int fd, std::string_view data) {
+    while (!data.empty()) {
+        ssize_t n = ::write(fd, data.data(), data.size());
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return false;
+        }
+        data.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+}
+
+// Every entry under `dir` (relative to `at`), depth first, with its sandbox path.
+template <typename Visit>
+void walk(int at, const std::string& dir, const std::string& sandbox_path, Visit&& visit) {
+    unique_fd fd(::openat(at, dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd) return;
+    DIR* d = ::fdopendir(fd.release());
+    if (!d) return;
+    std::vector<std::pair<std::string, struct stat>> entries;
+    while (dirent* e = ::readdir(d)) {
+        if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+        struct stat st;
+        if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) entries.emplace_back(e->d_name, st);
+    }
+    int dfd = ::dirfd(d);
+    for (const auto& [name, st] : entries) {
+        std::string child = (sandbox_path == "/" ? "" : sandbox_path) + "/" + name;
+        visit(child, st);
+        if (S_ISDIR(st.st_mode)) walk(dfd, name, child, visit);
+    }
+    ::closedir(d);
+}
+
+// The entry at `path` of the sandbox (this process's root), opened by the caller's flags.
+int open_in_sandbox(const std::string& path, int flags, mode_t mode = 0) {
+    static int root = ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    return sys::openat2(root, relative(path).c_str(), static_cast<uint64_t>(flags | O_CLOEXEC), mode, kResolve);
+}
+
+// The parent directory of `path` (made, with its parents, when `make`) and the last name.
+Result<std::pair<unique_fd, std::string>> open_parent(const std::string& path, bool make) {
+    size_t slash = path.find_last_of('/');
+    std::string parent = slash == 0 ? "/" : path.substr(0, slash), name = path.substr(slash + 1);
+    if (name.empty()) return fail(EISDIR, path);
+    unique_fd dir(open_in_sandbox(parent, O_PATH | O_DIRECTORY));
+    if (!dir && errno == ENOENT && make) {
+        // Made one name at a time, each resolved inside the sandbox's root.
+        unique_fd at(open_in_sandbox("/", O_PATH | O_DIRECTORY));
+        size_t pos = 1;
+        while (at && pos <= parent.size()) {
+            size_t end = parent.find('/', pos);
+            if (end == std::string::npos) end = parent.size();
+            std::string part = parent.substr(pos, end - pos);
+            pos = end + 1;
+            if (part.empty()) continue;
+            if (::mkdirat(at.get(), part.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("mkdir " + parent);
+            at.reset(sys::openat2(at.get(), part.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC, 0, kResolve));
+        }
+        dir = std::move(at);
+    }
+    if (!dir) return sys_error(parent);
+    return std::pair{std::move(dir), name};
+}
+
+Result<void> remove_tree(int at, const std::string& name) {
+    if (::unlinkat(at, name.c_str(), 0) == 0) return {};
+    if (errno != EISDIR && errno != EPERM) return sys_error("remove");
+    unique_fd dir(::openat(at, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir) return sys_error("remove");
+    DIR* d = ::fdopendir(::fcntl(dir.get(), F_DUPFD_CLOEXEC, 0));
+    if (!d) return sys_error("remove");
+    std::vector<std::string> names;
+    while (dirent* e = ::readdir(d))
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+    ::closedir(d);
+    for (const auto& n : names) FB_TRY(remove_tree(dir.get(), n));
+    if (::unlinkat(at, name.c_str(), AT_REMOVEDIR) < 0) return sys_error("remove");
+    return {};
+}
+
+Result<void> do_write(const FileRequest& r, int in) {
+    FB_ASSIGN(auto parent, open_parent(r.path, true));
+    unique_fd out(sys::openat2(parent.first.get(), parent.second.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+                               r.mode & 07777, kResolve));
+    if (!out) return sys_error("open");
+    char buf[65536];
+    for (;;) {
+        ssize_t n = ::read(in, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return sys_error("read the data");
+        if (n == 0) break;
+        if (!write_all(out.get(), std::string_view(buf, static_cast<size_t>(n)))) return sys_error("write");
+    }
+    if (::fchmod(out.get(), r.mode & 07777) < 0) return sys_error("chmod");  // the umask aside
+    return {};
+}
+
+Result<void> do_read(const FileRequest& r, int out) {
+    unique_fd in(open_in_sandbox(r.path, O_RDONLY));
+    if (!in) return sys_error("open");
+    struct stat st;
+    if (::fstat(in.get(), &st) < 0) return sys_error("stat");
+    if (S_ISDIR(st.st_mode)) return fail(EISDIR, "read");
+    char buf[65536];
+    for (;;) {
+        ssize_t n = ::read(in.get(), buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return sys_error("read");
+        if (n == 0) return {};
+        if (!write_all(out, std::string_view(buf, static_cast<size_t>(n)))) return sys_error("send");
+    }
+}
+
+Result<void> do_list(const FileRequest& r, int out) {
+    unique_fd dir(open_in_sandbox(r.path, O_RDONLY | O_DIRECTORY));
+    if (!dir) return sys_error("open");
+    DIR* d = ::fdopendir(dir.release());
+    if (!d) return sys_error("open");
+    std::vector<std::pair<std::string, struct stat>> entries;
+    while (dirent* e = ::readdir(d)) {
+        if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+        struct stat st;
+        if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) entries.emplace_back(e->d_name, st);
+    }
+    ::closedir(d);
+    std::sort(entries.begin(), entries.end(), [](auto& a, auto& b) { return a.first < b.first; });
+    json::Writer w;
+    w.begin_array();
+    for (const auto& [name, st] : entries) {
+        w.begin_object();
+        w.key("name").value(name);
+        w.key("type").value(type_name(type_of(st)));
+        w.key("size").value(static_cast<uint64_t>(st.st_size));
+        w.key("mode").value(static_cast<uint64_t>(st.st_mode & 07777));
+        w.key("mtime").value(static_cast<double>(mtime_ns(st)) / 1e9);
+        w.end_object();
+    }
+    w.end_array();
+    if (!write_all(out, w.str())) return sys_error("send");
+    return {};
+}
+
+Result<void> do_remove(const FileRequest& r) {
+    if (r.path == "/") return fail(EBUSY, "the sandbox's root cannot be removed");
+    FB_ASSIGN(auto parent, open_parent(r.path, false));
+    if (::unlinkat(parent.first.get(), parent.second.c_str(), 0) == 0) return {};
+    if (errno != EISDIR) return sys_error("remove");
+    if (!r.recursive) {
+        if (::unlinkat(parent.first.get(), parent.second.c_str(), AT_REMOVEDIR) == 0) return {};
+        return sys_error("remove");
+    }
+    // O_PATH fds cannot be walked: the parent again, readable.
+    unique_fd dir(sys::openat2(parent.first.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0, kResolve));
+    if (!dir) return sys_error("remove");
+    return remove_tree(dir.get(), parent.second);
+}
+
+Result<void> do_mkdir(const FileRequest& r) {
+    FB_ASSIGN(auto parent, open_parent(r.path, r.recursive));
+    if (::mkdirat(parent.first.get(), parent.second.c_str(), r.mode & 07777) == 0) return {};
+    if (errno == EEXIST && r.recursive) return {};
+    return sys_error("mkdir");
+}
+
+Result<void> do_diff(int out, const TreeContext& t) {
+    Manifest now = take_manifest(t);
+    static const Manifest empty;
+    auto lower_type = [&](const std::string& path) -> char {
+        if (t.lower_fd < 0) return '\0';
+        // The lower layer's own symlinks resolve in it.
+        unique_fd fd(sys::openat2(t.lower_fd, relative(path).c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC, 0, RESOLVE_IN_ROOT));
+        struct stat st;
+        if (!fd || ::fstat(fd.get(), &st) < 0) return '\0';
+        return type_of(st);
+    };
+    auto changes = compute_diff(t.base ? *t.base : empty, now, lower_type);
+    if (!write_all(out, format_changes(changes))) return sys_error("send");
+    return {};
+}
+
+// --- copy ---
+
+struct Copier {
+    // Hard-linked files copied so far: (device, inode) -> (their directory, their name).
+    std::map<std::pair<dev_t, ino_t>, std::pair<int, std::string>> links;
+    Result<void> copy_dir(int src, int dst, const std::set<std::string>* skip = nullptr);
+};
+
+void copy_xattrs(int src, int dst) {
+    char names[8192];
+    ssize_t n = ::flistxattr(src, names, sizeof names);
+    for (ssize_t i = 0; n > 0 && i < n; i += static_cast<ssize_t>(std::strlen(names + i)) + 1) {
+        std::string_view name(names + i);
+        // What a user namespace can set: overlayfs's user.overlay.* among them.
+        if (!name.starts_with("user.") && name != "security.capability") continue;
+        char value[65536];
+        ssize_t len = ::fgetxattr(src, names + i, value, sizeof value);
+        if (len >= 0) ::fsetxattr(dst, names + i, value, static_cast<size_t>(len), 0);
+    }
+}
+
+void copy_attributes(int dst_dir, const char* name, int dst_fd, const struct stat& st) {
+    ::fchownat(dst_dir, name, st.st_uid, st.st_gid, AT_SYMLINK_NOFOLLOW);
+    if (!S_ISLNK(st.st_mode)) {
+        if (dst_fd >= 0) ::fchmod(dst_fd, st.st_mode & 07777);
+        else ::fchmodat(dst_dir, name, st.st_mode & 07777, 0);
+    }
+    timespec times[2] = {st.st_atim, st.st_mtim};
+    ::utimensat(dst_dir, name, times, AT_SYMLINK_NOFOLLOW);
+}
+
+Result<void> copy_file(int src_dir, int dst_dir, const char* name, const struct stat& st) {
+    unique_fd in(::openat(src_dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!in) return sys_error(std::string("open ") + name);
+    unique_fd out(::openat(dst_dir, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!out) return sys_error(std::string("create ") + name);
+    off_t left = st.st_size;
+    while (left > 0) {
+        ssize_t n = ::sendfile(out.get(), in.get(), nullptr, static_cast<size_t>(std::min<off_t>(left, 1 << 30)));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return sys_error(std::string("copy ") + name);
+        if (n == 0) break;  // it shrank
+        left -= n;
+    }
+    copy_xattrs(in.get(), out.get());
+    copy_attributes(dst_dir, name, out.get(), st);
+    return {};
+}
+
+Result<void> Copier::copy_dir(int src, int dst, const std::set<std::string>* skip) {
+    DIR* d = ::fdopendir(::fcntl(src, F_DUPFD_CLOEXEC, 0));
+    if (!d) return sys_error("read a directory");
+    std::vector<std::string> names;
+    while (dirent* e = ::readdir(d))
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0 && !(skip && skip->count(e->d_name)))
+            names.emplace_back(e->d_name);
+    ::closedir(d);
+    for (const auto& n : names) {
+        const char* name = n.c_str();
+        struct stat st;
+        if (::fstatat(src, name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;  // gone meanwhile
+        if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+            // A hard link of a file copied already: linked again.
+            auto key = std::pair{st.st_dev, st.st_ino};
+            if (auto it = links.find(key); it != links.end()) {
+                if (::linkat(it->second.first, it->second.second.c_str(), dst, name, 0) == 0) continue;
+            }
+        }
+        if (S_ISDIR(st.st_mode)) {
+            if (::mkdirat(dst, name, 0700) < 0 && errno != EEXIST) return sys_error(std::string("mkdir ") + name);
+            unique_fd s(::openat(src, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+            unique_fd t(::openat(dst, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+            if (!s || !t) return sys_error(std::string("open ") + name);
+            FB_TRY(copy_dir(s.get(), t.get()));
+            copy_xattrs(s.get(), t.get());
+            copy_attributes(dst, name, t.get(), st);
+        } else if (S_ISREG(st.st_mode)) {
+            FB_TRY(copy_file(src, dst, name, st));
+            if (st.st_nlink > 1) {
+                int keep = ::fcntl(dst, F_DUPFD_CLOEXEC, 0);  // the directory stays open while links may follow
+                if (keep >= 0) links[{st.st_dev, st.st_ino}] = {keep, n};
+            }
+        } else if (S_ISLNK(st.st_mode)) {
+            char target[4097];
+            ssize_t len = ::readlinkat(src, name, target, sizeof target - 1);
+            if (len < 0) continue;
+            target[len] = '\0';
+            ::unlinkat(dst, name, 0);
+            if (::symlinkat(target, dst, name) < 0) return sys_error(std::string("symlink ") + name);
+            copy_attributes(dst, name, -1, st);
+        } else if (S_ISFIFO(st.st_mode) || (S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0))) {
+            // A whiteout: a user namespace may make these 0:0 devices.
+            ::unlinkat(dst, name, 0);
+            if (::mknodat(dst, name, st.st_mode & (S_IFMT | 07777), st.st_rdev) < 0)
+                return sys_error(std::string("mknod ") + name);
+            copy_attributes(dst, name, -1, st);
+        }
+        // Sockets and real devices are not state a fork carries.
+    }
+    return {};
+}
+
+}  // namespace
+
+std::vector<StateRoot> state_roots(const TreeContext& t) {
+    if (!t.per_directory) return {{"/", "upper"}};
+    std::vector<StateRoot> out;
+    for (const char* part : {"upper", "root"}) {
+        unique_fd fd(::openat(t.stage_fd, part, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        DIR* d = fd ? ::fdopendir(fd.release()) : nullptr;
+        if (!d) continue;
+        while (dirent* e = ::readdir(d)) {
+            std::string name = e->d_name;
+            if (name == "." || name == "..") continue;
+            // root/: what the builder made there is not state (mount points, the host's symlinks).
+            if (std::string_view(part) == "root" && t.builder_names.count(name)) continue;
+            out.push_back({"/" + name, std::string(part) + "/" + name});
+        }
+        ::closedir(d);
+    }
+    return out;
+}
+
+Manifest take_manifest(const TreeContext& t) {
+    Manifest m;
+    auto record = [&](const std::string& path, const struct stat& st) {
+        char type = type_of(st);
+        m[path] = ManifestEntry{type, type == 'f' || type == 'l' ? static_cast<uint64_t>(st.st_size) : 0, mtime_ns(st)};
+    };
+    for (const auto& root : state_roots(t)) {
+        struct stat st;
+        if (::fstatat(t.stage_fd, root.stage_path.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
+        if (root.sandbox_path != "/") record(root.sandbox_path, st);
+        if (S_ISDIR(st.st_mode)) walk(t.stage_fd, root.stage_path, root.sandbox_path, record);
+    }
+    // A directory's mtime changes with its entries: directories compare by type alone.
+    for (auto& [path, e] : m)
+        if (e.type == 'd') e.mtime_ns = 0;
+    return m;
+}
+
+std::string format_changes(const std::vector<Change>& changes) {
+    json::Writer w;
+    w.begin_array();
+    for (const auto& c : changes) {
+        w.begin_object();
+        w.key("path").value(c.path).key("change").value(c.change).key("type").value(type_name(c.type));
+        w.key("size").value(c.size);
+        w.end_object();
+    }
+    w.end_array();
+    return w.take();
+}
+
+int run_file_op(const FileRequest& r, int in, int out, int err, const TreeContext& t) {
+    Result<void> done;
+    switch (r.op) {
+        case FileOp::Write: done = do_write(r, in); break;
+        case FileOp::Read: done = do_read(r, out); break;
+        case FileOp::List: done = do_list(r, out); break;
+        case FileOp::Remove: done = do_remove(r); break;
+        case FileOp::Mkdir: done = do_mkdir(r); break;
+        case FileOp::Diff: done = do_diff(out, t); break;
+    }
+    if (done) return 0;
+    std::string message = r.path + ": " + done.error().what() + "\n";
+    write_all(err, message);
+    int e = done.error().errnum();
+    return e > 0 && e < 126 ? e : EIO;
+}
+
+Result<void> copy_tree(int src, int dst, const std::set<std::string>* skip) {
+    Copier c;
+    auto r = c.copy_dir(src, dst, skip);
+    for (auto& [key, where] : c.links) ::close(where.first);
+    return r;
+}
+
+}  // namespace forkbox::sandbox

@@ -1,0 +1,138 @@
+// Sessions' pure parts: the verbs' requests, sandbox paths, the file verb's encoding, and
+// the diff of a state against its base.
+#include <gtest/gtest.h>
+
+#include "libforkbox/sandbox/request.hpp"
+#include "libforkbox/sandbox/tree.hpp"
+
+using namespace forkbox;
+using namespace forkbox::sandbox;
+
+TEST(SandboxPath, IsCleanedAndRefusesDotDot) {
+    EXPECT_EQ(*check_sandbox_path("/"), "/");
+    EXPECT_EQ(*check_sandbox_path("//work/./main.py/"), "/work/main.py");
+    EXPECT_FALSE(check_sandbox_path("work/x"));
+    EXPECT_FALSE(check_sandbox_path(""));
+    auto up = check_sandbox_path("/work/../etc/passwd");
+    ASSERT_FALSE(up);
+    EXPECT_NE(up.error().what().find("\"..\""), std::string::npos);
+    EXPECT_FALSE(check_sandbox_path("/.."));
+    EXPECT_FALSE(check_sandbox_path(std::string("/a\0b", 4)));
+    EXPECT_FALSE(check_sandbox_path("/" + std::string(5000, 'a')));
+    EXPECT_TRUE(check_sandbox_path("/a..b/...c"));  // names with dots are names
+}
+
+TEST(FileRequest, RoundTrips) {
+    FileRequest r;
+    r.op = FileOp::Write;
+    r.path = "/work/a b";
+    r.mode = 0755;
+    r.recursive = true;
+    auto back = FileRequest::decode(r.encode());
+    ASSERT_TRUE(back) << back.error().what();
+    EXPECT_EQ(*back, r);
+    EXPECT_FALSE(FileRequest::decode(""));
+    EXPECT_FALSE(FileRequest::decode("q420\0"));
+    EXPECT_FALSE(FileRequest::decode(std::string("r420\0" "0\0" "/a/../b", 13)));
+}
+
+TEST(SessionRequests, CreateTakesTheSandboxsKeysAndLifetimes) {
+    Defaults d;
+    auto r = parse_create_request(R"({"memory_mb": 128, "ttl_s": 600, "idle_s": 30, "timeout_ms": 500, "network": true})", d);
+    ASSERT_TRUE(r) << r.error().what();
+    EXPECT_EQ(r->memory_mb, 128u);
+    EXPECT_EQ(r->ttl_s, 600u);
+    EXPECT_EQ(r->idle_s, 30u);
+    EXPECT_EQ(r->timeout_ms, 500u);
+    EXPECT_TRUE(r->network);
+    auto defaults = parse_create_request("{}", d);
+    ASSERT_TRUE(defaults);
+    EXPECT_EQ(defaults->pids, d.pids);
+    EXPECT_FALSE(defaults->ttl_s);
+    EXPECT_EQ(defaults->idle_s, d.session_idle_s);
+    auto typo = parse_create_request(R"({"ttl": 5})", d);
+    ASSERT_FALSE(typo);
+    EXPECT_EQ(typo.error().what(), "create: \"ttl\" is not a key of a create request");
+    EXPECT_FALSE(parse_create_request(R"({"ttl_s": 0})", d));
+    EXPECT_FALSE(parse_create_request("[]", d));
+}
+
+TEST(SessionRequests, ARunInASessionTakesNoSandboxKeys) {
+    Defaults d;
+    auto r = parse_run_request(R"({"argv": ["true"], "session": "sb-00ff"})", d);
+    ASSERT_TRUE(r) << r.error().what();
+    EXPECT_EQ(r->session, "sb-00ff");
+    auto limits = parse_run_request(R"({"argv": ["true"], "session": "sb-00ff", "memory_mb": 5})", d);
+    ASSERT_FALSE(limits);
+    EXPECT_NE(limits.error().what().find("the session's"), std::string::npos);
+    EXPECT_FALSE(parse_run_request(R"({"argv": ["true"], "session": "../x"})", d));
+}
+
+TEST(SessionRequests, FileForkRefAndList) {
+    auto f = parse_file_request(R"({"session": "sb-1", "op": "write", "path": "/w//x", "mode": 448})");
+    ASSERT_TRUE(f) << f.error().what();
+    EXPECT_EQ(f->file.op, FileOp::Write);
+    EXPECT_EQ(f->file.path, "/w/x");
+    EXPECT_EQ(f->file.mode, 0700u);
+    EXPECT_TRUE(parse_file_request(R"({"session": "sb-1", "op": "diff"})"));
+    EXPECT_FALSE(parse_file_request(R"({"session": "sb-1", "op": "read"})"));  // no path
+    EXPECT_FALSE(parse_file_request(R"({"session": "sb-1", "op": "chmod", "path": "/"})"));
+    EXPECT_FALSE(parse_file_request(R"({"op": "read", "path": "/"})"));
+    auto up = parse_file_request(R"({"session": "sb-1", "op": "read", "path": "/a/../../etc/shadow"})");
+    ASSERT_FALSE(up);
+    EXPECT_NE(up.error().what().find("refused"), std::string::npos);
+
+    auto k = parse_fork_request(R"({"session": "sb-1", "count": 3})");
+    ASSERT_TRUE(k);
+    EXPECT_EQ(k->count, 3u);
+    EXPECT_EQ(parse_fork_request(R"({"session": "sb-1"})")->count, 1u);
+    EXPECT_FALSE(parse_fork_request(R"({"session": "sb-1", "count": 17})"));
+
+    EXPECT_EQ(*parse_session_ref(R"({"session": "sb-1"})", "close"), "sb-1");
+    auto extra = parse_session_ref(R"({"session": "sb-1", "force": true})", "close");
+    ASSERT_FALSE(extra);
+    EXPECT_NE(extra.error().what().find("close: \"force\""), std::string::npos);
+    EXPECT_FALSE(parse_session_ref("{}", "pause"));
+    EXPECT_TRUE(parse_list_request(""));
+    EXPECT_TRUE(parse_list_request("{}"));
+    EXPECT_FALSE(parse_list_request(R"({"all": true})"));
+}
+
+TEST(SessionRequests, FileErrorsCarryTheirErrno) {
+    std::string m = format_file_error(2, "/x: open: No such file or directory");
+    EXPECT_EQ(m, R"(!{"error":"file_error","errno":2,"message":"/x: open: No such file or directory"})");
+}
+
+namespace {
+
+ManifestEntry file(uint64_t size, int64_t mtime) { return ManifestEntry{'f', size, mtime}; }
+ManifestEntry dir() { return ManifestEntry{'d', 0, 0}; }
+ManifestEntry whiteout() { return ManifestEntry{'w', 0, 0}; }
+
+}  // namespace
+
+TEST(SessionDiff, AgainstTheLowerLayer) {
+    Manifest base = {{"/tmp", dir()}};
+    Manifest now = {{"/tmp", dir()},           {"/tmp/new", file(3, 1)}, {"/etc", dir()},
+                    {"/etc/hosts", file(9, 2)}, {"/etc/motd", whiteout()}, {"/work", dir()}};
+    auto lower = [](const std::string& p) -> char {
+        return p == "/etc" ? 'd' : p == "/etc/hosts" || p == "/etc/motd" ? 'f' : '\0';
+    };
+    std::vector<Change> want = {{"/etc/hosts", "modified", 'f', 9},
+                                {"/etc/motd", "deleted", 'f', 0},
+                                {"/tmp/new", "created", 'f', 3},
+                                {"/work", "created", 'd', 0}};
+    EXPECT_EQ(compute_diff(base, now, lower), want);
+}
+
+TEST(SessionDiff, AgainstAForkPoint) {
+    auto none = [](const std::string&) { return '\0'; };
+    Manifest base = {{"/w", dir()}, {"/w/kept", file(1, 1)}, {"/w/changed", file(1, 1)}, {"/w/gone", file(1, 1)},
+                     {"/w/was_deleted", whiteout()}};
+    Manifest now = {{"/w", dir()}, {"/w/kept", file(1, 1)}, {"/w/changed", file(2, 5)}, {"/w/was_deleted", file(4, 7)}};
+    std::vector<Change> want = {{"/w/changed", "modified", 'f', 2},
+                                {"/w/gone", "deleted", 'f', 0},
+                                {"/w/was_deleted", "created", 'f', 4}};
+    EXPECT_EQ(compute_diff(base, now, none), want);
+    EXPECT_EQ(format_changes({want[0]}), R"([{"path":"/w/changed","change":"modified","type":"file","size":2}])");
+}
