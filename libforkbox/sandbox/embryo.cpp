@@ -581,9 +581,6 @@ Result<Release> Release::decode(std::string_view data) {
 void embryo_main(const EmbryoSetup& s) {
     int control = s.control_fd;
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    // Not dumpable: the sandbox's processes share this one's credentials, and must not
-    // reach its memory or fds (/proc/1/mem, /proc/1/fd) where the daemon's socket is.
-    ::prctl(PR_SET_DUMPABLE, 0);
     // The daemon's signal mask (signalfd) must not reach the command.
     sigset_t none;
     sigemptyset(&none);
@@ -598,6 +595,11 @@ void embryo_main(const EmbryoSetup& s) {
     std::vector<unique_fd> fds;
     auto n = receive_message(control, buf, fds, "sandbox control");
     if (!n || *n == 0 || buf[0] != 'M') ::_exit(1);  // the daemon gave up on us
+    // Not dumpable: the sandbox's processes share this one's credentials, and must not
+    // reach its memory or fds (/proc/1/mem, /proc/1/fd) where the daemon's socket is.
+    // Only now: a user's builder writes our id maps through /proc, which a process that
+    // is not dumpable closes to it.
+    ::prctl(PR_SET_DUMPABLE, 0);
     // "M" [L: the lower layer] [F: a fork's parent stage], the fds in that order.
     std::string_view flags(buf.data() + 1, *n - 1);
     size_t next = 0;
