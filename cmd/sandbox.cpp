@@ -1,8 +1,12 @@
 // `forkbox sandbox [options] -- CMD...`: one command in a fresh sandbox of a running
-// `forkbox daemon`, for humans and shell scripts. Prints the command's output as it comes
-// and exits with its code (124 when the deadline killed it).
+// `forkbox daemon` (or in a session's, --session ID), for humans and shell scripts. Prints
+// the command's output as it comes and exits with its code (124 when the deadline killed
+// it). `forkbox sandbox create|list|close|fork|pause|resume|diff|put|get|ls ...` manage
+// sessions (docs/sandbox-protocol.md).
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <iostream>
 
 #include "cmd/common.hpp"
@@ -26,14 +30,162 @@ void write_all(int fd, std::string_view data) {
     }
 }
 
+std::string session_body(const std::string& id) {
+    json::Writer w;
+    w.begin_object().key("session").value(id).end_object();
+    return w.take();
+}
+
+// A column of `forkbox sandbox list`: seconds, one decimal.
+std::string seconds(const json::Value& v, std::string_view key) {
+    auto d = v.get(key);
+    if (!d || d->is_null()) return "-";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f", d->as_double().value_or(0));
+    return buf;
+}
+
+int session_verb(const std::string& verb, const std::vector<std::string>& args) {
+    const std::string usage = "sandbox " + verb + " [options] " +
+                              (verb == "create" || verb == "list" ? std::string() : std::string("SESSION")) +
+                              (verb == "fork"                   ? " [COUNT]"
+                               : verb == "put" || verb == "get" ? " PATH"
+                               : verb == "ls"                   ? " [PATH]"
+                                                                : "");
+    VerbParser p(usage.c_str(),
+                 verb == "create"   ? "Make a session (a sandbox kept for many runs) and print its id."
+                 : verb == "list"   ? "List your sessions."
+                 : verb == "close"  ? "End a session: every process, mount and tmpfs of it goes."
+                 : verb == "fork"   ? "New sessions whose files start as this one's are now; prints their ids."
+                 : verb == "pause"  ? "Stop every process of a session."
+                 : verb == "resume" ? "Continue the processes of a paused session."
+                 : verb == "diff"   ? "What changed in the session's files since it began (JSON)."
+                 : verb == "put"    ? "Write standard input to PATH inside the session."
+                 : verb == "get"    ? "Print the file PATH of the session."
+                                    : "List the directory PATH of the session (JSON).");
+    std::string socket;
+    std::vector<std::string> positional;
+    uint64_t memory_mb = 0, pids = 0, timeout_ms = 0, ttl_s = 0, idle_s = 0;
+    bool network = false, as_json = false;
+    p.add()("socket", po::value(&socket), "the daemon's socket (default: FORKBOX_SOCKET, or the default daemon's)")(
+        "args", po::value(&positional)->multitoken(), "arguments");
+    if (verb == "create")
+        p.add()("memory", po::value(&memory_mb), "memory limit in MiB")("pids", po::value(&pids), "process limit")(
+            "timeout-ms", po::value(&timeout_ms), "each run's deadline")("ttl-s", po::value(&ttl_s), "end it after this long")(
+            "idle-s", po::value(&idle_s), "end it after this long without a run")(
+            "network", po::bool_switch(&network), "share the host's network");
+    if (verb == "list") p.add()("json", po::bool_switch(&as_json), "the daemon's JSON");
+    p.positional("args", -1);
+    po::variables_map vm;
+    if (!p.parse(args, vm)) return 0;
+    if (socket.empty()) socket = zygote::default_socket_path();
+    size_t want = verb == "create" || verb == "list" ? 0 : verb == "put" || verb == "get" ? 2 : 1;
+    size_t most = verb == "fork" || verb == "ls" ? 2 : want;
+    if (positional.size() < want || positional.size() > most)
+        return report("sandbox " + verb + ": expected " + std::to_string(want) + (most > want ? " or " + std::to_string(most) : "") +
+                      " arguments, got " + std::to_string(positional.size()) + " (see --help)");
+    sandbox::ClientOutput out{[](std::string_view d) { write_all(1, d); }, [](std::string_view d) { write_all(2, d); }};
+    auto file_body = [&](std::string_view op, const std::string& path) {
+        json::Writer w;
+        w.begin_object().key("session").value(positional[0]).key("op").value(op).key("path").value(path).end_object();
+        return w.take();
+    };
+    Result<std::string> r = std::string();
+    if (verb == "create") {
+        json::Writer w;
+        w.begin_object();
+        if (memory_mb) w.key("memory_mb").value(memory_mb);
+        if (pids) w.key("pids").value(pids);
+        if (timeout_ms) w.key("timeout_ms").value(timeout_ms);
+        if (ttl_s) w.key("ttl_s").value(ttl_s);
+        if (idle_s) w.key("idle_s").value(idle_s);
+        if (network) w.key("network").value(true);
+        w.end_object();
+        r = sandbox::call_sandbox(socket, "create", w.str());
+        if (!r) return report(r.error());
+        auto doc = json::Document::parse(*r);
+        if (!doc || !doc->root().get("session")) return report("sandbox create: the daemon sent a malformed result");
+        std::cout << doc->root().get("session")->as_string().value_or("") << "\n";
+        return 0;
+    }
+    if (verb == "list") {
+        r = sandbox::call_sandbox(socket, "list", "{}");
+        if (!r) return report(r.error());
+        if (as_json) {
+            std::cout << *r << "\n";
+            return 0;
+        }
+        auto doc = json::Document::parse(*r);
+        auto list = doc ? doc->root().get("sessions") : std::nullopt;
+        if (!list) return report("sandbox list: the daemon sent a malformed result");
+        std::printf("%-20s %-20s %8s %8s %8s %7s\n", "ID", "PARENT", "AGE_S", "IDLE_S", "RUNNING", "PAUSED");
+        for (size_t i = 0; i < list->size(); ++i) {
+            json::Value s = list->at(i);
+            auto parent = s.get("parent");
+            std::printf("%-20s %-20s %8s %8s %8llu %7s\n", s.get("id")->as_string().value_or("").c_str(),
+                        parent && !parent->is_null() ? parent->as_string().value_or("").c_str() : "-",
+                        seconds(s, "age_s").c_str(), seconds(s, "idle_s").c_str(),
+                        static_cast<unsigned long long>(s.get("running")->as_uint64().value_or(0)),
+                        s.get("paused")->as_bool().value_or(false) ? "yes" : "no");
+        }
+        return 0;
+    }
+    if (verb == "close" || verb == "pause" || verb == "resume") {
+        r = sandbox::call_sandbox(socket, verb, session_body(positional[0]));
+    } else if (verb == "fork") {
+        json::Writer w;
+        w.begin_object().key("session").value(positional[0]);
+        if (positional.size() > 1) {
+            char* end = nullptr;
+            unsigned long long n = std::strtoull(positional[1].c_str(), &end, 10);
+            if (!end || *end || n == 0) return report("sandbox fork: COUNT must be a positive number, not " + positional[1]);
+            w.key("count").value(static_cast<uint64_t>(n));
+        }
+        w.end_object();
+        r = sandbox::call_sandbox(socket, "fork", w.str());
+        if (r) {
+            auto doc = json::Document::parse(*r);
+            auto ids = doc ? doc->root().get("sessions") : std::nullopt;
+            if (!ids) return report("sandbox fork: the daemon sent a malformed result");
+            for (size_t i = 0; i < ids->size(); ++i) std::cout << ids->at(i).as_string().value_or("") << "\n";
+            return 0;
+        }
+    } else if (verb == "diff") {
+        json::Writer w;
+        w.begin_object().key("session").value(positional[0]).key("op").value("diff").end_object();
+        r = sandbox::call_sandbox(socket, "file", w.str(), std::nullopt, out);
+        if (r) write_all(1, "\n");
+    } else if (verb == "put") {
+        auto data = read_all(0, "standard input");
+        if (!data) return report(data.error());
+        r = sandbox::call_sandbox(socket, "file", file_body("write", positional[1]), std::move(*data), out);
+    } else if (verb == "get") {
+        r = sandbox::call_sandbox(socket, "file", file_body("read", positional[1]), std::nullopt, out);
+    } else {  // ls
+        r = sandbox::call_sandbox(socket, "file", file_body("list", positional.size() > 1 ? positional[1] : "/"), std::nullopt, out);
+        if (r) write_all(1, "\n");
+    }
+    if (!r) return report(r.error());
+    return 0;
+}
+
 }  // namespace
 
 int cmd_sandbox(const Globals&, const std::vector<std::string>& args) {
+    // Session verbs come first and alone: `forkbox sandbox -- list` runs a command "list".
+    static const std::vector<std::string> kVerbs = {"create", "list", "close", "fork", "pause", "resume", "diff", "put", "get", "ls"};
+    // (`--socket S` may come before the verb.)
+    size_t at = !args.empty() && args[0] == "--socket" ? 2 : !args.empty() && args[0].starts_with("--socket=") ? 1 : 0;
+    if (at < args.size() && std::find(kVerbs.begin(), kVerbs.end(), args[at]) != kVerbs.end()) {
+        std::vector<std::string> rest(args.begin(), args.begin() + static_cast<long>(at));
+        rest.insert(rest.end(), args.begin() + static_cast<long>(at) + 1, args.end());
+        return session_verb(args[at], rest);
+    }
     VerbParser p("sandbox [options] [--] COMMAND [ARG...]",
                  "Run one command in a fresh sandbox of the running `forkbox daemon` (user namespace,\n"
                  "overlay root in RAM, seccomp, limits). Exits with the command's code; 124 on timeout.");
     std::vector<std::string> command, env, mounts;
-    std::string socket, cwd;
+    std::string socket, cwd, session;
     uint64_t timeout_ms = 0, memory_mb = 0, pids = 0, max_output = 0;
     double cpus = 0;
     bool network = false, no_caps = false, forward_stdin = false, info = false;
@@ -50,6 +202,7 @@ int cmd_sandbox(const Globals&, const std::vector<std::string>& args) {
         "no-caps", po::bool_switch(&no_caps), "drop every capability")(
         "stdin,i", po::bool_switch(&forward_stdin), "pass this process's standard input (read to its end first)")(
         "info", po::bool_switch(&info), "print the daemon's facts and counters (JSON) and exit")(
+        "session,s", po::value(&session), "run in this session's sandbox (forkbox sandbox create)")(
         "command", po::value(&command)->multitoken(), "the command");
     p.positional("command", -1);
     po::variables_map vm;
@@ -74,6 +227,7 @@ int cmd_sandbox(const Globals&, const std::vector<std::string>& args) {
         w.end_array();
     }
     if (!cwd.empty()) w.key("cwd").value(cwd);
+    if (!session.empty()) w.key("session").value(session);
     if (timeout_ms) w.key("timeout_ms").value(timeout_ms);
     if (memory_mb) w.key("memory_mb").value(memory_mb);
     if (pids) w.key("pids").value(pids);

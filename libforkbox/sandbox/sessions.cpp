@@ -267,7 +267,7 @@ void Server::on_session_message(Embryo& e, std::string_view m, std::vector<uniqu
 
 void Server::start_in_session(Run& r, Session& s) {
     r.session = s.id;
-    if (s.paused) {
+    if (s.paused && r.purpose == Run::Purpose::Command) {  // its files can still be read
         fail_run(r, ErrorKind::SandboxError, "the sandbox " + s.id + " is paused: resume it first");
         return;
     }

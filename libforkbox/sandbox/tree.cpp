@@ -94,19 +94,23 @@ Result<std::pair<unique_fd, std::string>> open_parent(const std::string& path, b
     if (name.empty()) return fail(EISDIR, path);
     unique_fd dir(open_in_sandbox(parent, O_PATH | O_DIRECTORY));
     if (!dir && errno == ENOENT && make) {
-        // Made one name at a time, each resolved inside the sandbox's root.
-        unique_fd at(open_in_sandbox("/", O_PATH | O_DIRECTORY));
+        // Made one name at a time; each prefix resolves from the sandbox's root, symlinks
+        // in it included.
+        std::string prefix;
         size_t pos = 1;
-        while (at && pos <= parent.size()) {
+        while (pos <= parent.size()) {
             size_t end = parent.find('/', pos);
             if (end == std::string::npos) end = parent.size();
             std::string part = parent.substr(pos, end - pos);
             pos = end + 1;
-            if (part.empty()) continue;
-            if (::mkdirat(at.get(), part.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("mkdir " + parent);
-            at.reset(sys::openat2(at.get(), part.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC, 0, kResolve));
+            std::string above = prefix.empty() ? "/" : prefix;
+            prefix += "/" + part;
+            dir.reset(open_in_sandbox(prefix, O_PATH | O_DIRECTORY));
+            if (dir || errno != ENOENT) continue;
+            unique_fd at(open_in_sandbox(above, O_PATH | O_DIRECTORY));
+            if (!at || (::mkdirat(at.get(), part.c_str(), 0755) < 0 && errno != EEXIST)) return sys_error("mkdir " + prefix);
+            dir.reset(open_in_sandbox(prefix, O_PATH | O_DIRECTORY));
         }
-        dir = std::move(at);
     }
     if (!dir) return sys_error(parent);
     return std::pair{std::move(dir), name};
@@ -129,9 +133,9 @@ Result<void> remove_tree(int at, const std::string& name) {
 }
 
 Result<void> do_write(const FileRequest& r, int in) {
-    FB_ASSIGN(auto parent, open_parent(r.path, true));
-    unique_fd out(sys::openat2(parent.first.get(), parent.second.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-                               r.mode & 07777, kResolve));
+    FB_TRY(open_parent(r.path, true));
+    // From the root again: a symlink at the end is followed, inside the sandbox's root.
+    unique_fd out(open_in_sandbox(r.path, O_WRONLY | O_CREAT | O_TRUNC, r.mode & 07777));
     if (!out) return sys_error("open");
     char buf[65536];
     for (;;) {
