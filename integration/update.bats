@@ -158,3 +158,40 @@ setup() {
 	assert_success
 	assert_output 0
 }
+
+# runc's update cannot change device rules (its resources document has no devices); forkbox
+# takes them from `update -r`. Either way a device allowed before and after (/dev/null) must
+# stay allowed throughout: v1 needs the minimal transition from devices.list, not a deny-all
+# and the allow list again.
+@test "updates that change the device rules never deny a device allowed before and after" {
+	local deny='{"allow": false, "access": "rwm"}' kmsg='{"allow": true, "type": "c", "major": 1, "minor": 11, "access": "rw"}'
+	update_config ".linux.resources.devices = [$deny]"
+	# The redirection opens /dev/null in the shell itself (no fork), so the loop is tight;
+	# head reads it as well.
+	set_args /bin/sh -c 'exec 2>>/dev/shm/reads; while :; do : </dev/null || echo DENIED >&2; head -c1 /dev/null || echo DENIED >&2; done'
+	run_detached "$CID"
+	local with=$BATS_TEST_TMPDIR/with-kmsg.json without=$BATS_TEST_TMPDIR/without-kmsg.json list=
+	echo "{\"devices\": [$deny, $kmsg]}" >"$with"
+	echo "{\"devices\": [$deny]}" >"$without"
+	local devices_list=/sys/fs/cgroup/devices$CG/devices.list
+	[[ -f $devices_list ]] && list=$(cat "$devices_list")
+	local i
+	for ((i = 0; i < 30; i++)); do
+		if ((i % 2 == 0)); then
+			runtime update -r "$with" "$CID"
+			if [[ -n $list ]] && ! is_runc; then
+				grep -qx 'c 1:11 rw' "$devices_list"
+			fi
+		else
+			runtime update -r "$without" "$CID"
+			if [[ -n $list ]] && ! is_runc; then
+				# Back where create left it, exception for exception.
+				assert_equal "$(sort "$devices_list")" "$(sort <<<"$list")"
+			fi
+		fi
+	done
+	[[ $(container_status "$CID") == running ]]
+	run runtime exec "$CID" /bin/sh -c 'head -c1 /dev/null && cat /dev/shm/reads'
+	assert_success
+	assert_output ''
+}

@@ -13,6 +13,7 @@
 #include "libforkbox/base/files.hpp"
 #include "libforkbox/cgroup/bpf.hpp"
 #include "libforkbox/cgroup/device_filter.hpp"
+#include "libforkbox/cgroup/devices_v1.hpp"
 
 namespace forkbox {
 
@@ -224,7 +225,8 @@ Result<void> plan_block_io(Planner& p, const oci::BlockIoResources& b) {
     return {};
 }
 
-Result<void> plan_devices(Planner& p, const std::vector<oci::DeviceRule>& rules) {
+Result<void> plan_devices(Planner& p, const std::vector<oci::DeviceRule>& rules,
+                          const std::optional<DeviceCgroup>& now) {
     if (rules.empty()) return {};
     int h = p.v1("devices");
     if (h < 0) {
@@ -234,6 +236,13 @@ Result<void> plan_devices(Planner& p, const std::vector<oci::DeviceRule>& rules)
         // asks for nothing the rest of forkbox relies on. Anything else must not be dropped.
         if (std::all_of(rules.begin(), rules.end(), is_deny_all)) return {};
         return no_controller("devices", "devices");
+    }
+    if (now) {
+        // A live container: only what changes, so that /dev/null and the like stay usable.
+        FB_ASSIGN(DeviceCgroup target, emulate_device_rules(effective_device_rules(rules)));
+        for (const auto& w : plan_device_transition(*now, target))
+            p.add(h, w.allow ? "devices.allow" : "devices.deny", w.rule);
+        return {};
     }
     // Start from nothing, then the rules in their order: the kernel keeps the exceptions in
     // the order written, and a later rule overrides an earlier one. The default devices
@@ -267,10 +276,11 @@ Result<void> load_v2_controllers(CgroupLayout& layout) {
     return {};
 }
 
-Result<std::vector<CgroupWrite>> plan_cgroup_writes(const oci::Resources& r, const CgroupLayout& layout) {
+Result<std::vector<CgroupWrite>> plan_cgroup_writes(const oci::Resources& r, const CgroupLayout& layout,
+                                                    const std::optional<DeviceCgroup>& devices_now) {
     Planner p{layout, {}};
     // Device rules first: they restrict what the rest of create may open.
-    FB_TRY(plan_devices(p, r.devices));
+    FB_TRY(plan_devices(p, r.devices, devices_now));
     if (r.memory) FB_TRY(plan_memory(p, *r.memory));
     if (r.cpu) FB_TRY(plan_cpu(p, *r.cpu));
     if (r.pids_limit) {

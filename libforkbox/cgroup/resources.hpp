@@ -12,6 +12,7 @@
 
 #include "libforkbox/base/error.hpp"
 #include "libforkbox/cgroup/cgroups.hpp"
+#include "libforkbox/cgroup/device_filter.hpp"
 #include "oci/spec.hpp"
 
 namespace forkbox {
@@ -39,10 +40,13 @@ Result<void> load_v2_controllers(CgroupLayout& layout);
 // The writes, in order. v1 writes go to the hierarchy mounted with the controller; v2 writes
 // to the unified hierarchy when its `controllers` lists the controller. A requested limit
 // that no hierarchy can hold is an error. runc's default devices are allowed after the
-// configured device rules, when device rules are applied.
+// configured device rules, when device rules are applied: from "devices.deny a" on, or, given
+// `devices_now` (read_device_cgroup of a live container), as the minimal transition from
+// that state (devices_v1.hpp).
 // Device rules on a host without a v1 devices hierarchy are plan_device_program's.
 Result<std::vector<CgroupWrite>> plan_cgroup_writes(const oci::Resources& resources,
-                                                    const CgroupLayout& layout);
+                                                    const CgroupLayout& layout,
+                                                    const std::optional<DeviceCgroup>& devices_now = std::nullopt);
 
 // Enables the v2 controllers the plan uses in cgroup.subtree_control of every parent of the
 // container's v2 cgroup (root first), then writes each file in `dirs` (parallel to the

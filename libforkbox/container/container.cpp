@@ -12,6 +12,7 @@
 #include "libforkbox/base/syscalls.hpp"
 #include "libforkbox/base/trace.hpp"
 #include "libforkbox/cgroup/cgroups.hpp"
+#include "libforkbox/cgroup/devices_v1.hpp"
 #include "libforkbox/cgroup/freezer.hpp"
 #include "libforkbox/cgroup/resources.hpp"
 #include "libforkbox/process/hooks.hpp"
@@ -268,8 +269,14 @@ Result<void> update_container(const StateStore& store, const std::string& id, co
     FB_TRY(load_v2_controllers(layout));
     if (layout.hierarchies.size() != info.state.cgroup_dirs.size())
         return fail(EINVAL, "the host's cgroup layout changed since the container was created");
-    // New device rules replace the old ones; without any, the device rules stay as they are.
-    FB_ASSIGN(auto writes, plan_cgroup_writes(resources, layout));
+    // New device rules replace the old ones, on v1 by the minimal transition from what the
+    // devices cgroup holds now (its processes keep using /dev/null meanwhile); without any,
+    // the device rules stay as they are.
+    std::optional<DeviceCgroup> devices_now;
+    if (!resources.devices.empty()) {
+        FB_ASSIGN(devices_now, read_device_cgroup(layout, info.state.cgroup_dirs));
+    }
+    FB_ASSIGN(auto writes, plan_cgroup_writes(resources, layout, devices_now));
     FB_ASSIGN(auto device_program, plan_device_program(resources, layout));
     FB_TRY(apply_cgroup_writes(writes, layout, info.state.cgroup_dirs));
     if (device_program) FB_TRY(apply_device_program(*device_program, layout, info.state.cgroup_dirs));
