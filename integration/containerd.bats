@@ -617,3 +617,66 @@ cap_bit() {
 	assert_success
 	assert_output --partial sigwait
 }
+
+# cri_cgroup_file ID CONTROLLER FILE: FILE of the CRI container ID's v1 CONTROLLER cgroup.
+cri_cgroup_file() {
+	local dir
+	dir=$(awk -F: -v c="$2" '{n = split($2, a, ","); for (i = 1; i <= n; i++) if (a[i] == c) print $3}' \
+		"/proc/$(cri_pid "$1")/cgroup")
+	[[ -n $dir ]] || { echo "no v1 $2 cgroup for $1" >&2; return 1; }
+	cat "/sys/fs/cgroup/$2$dir/$3"
+}
+
+# Kubernetes' in-place resize on cgroup v1: the shim runs `update --resources -` with the whole
+# linux.resources of the container (its device rules too), memory and memsw equal.
+@test "CRI: UpdateContainerResources grows memory, sets CFS quota and shares, then makes memory unlimited (cgroup v1)" {
+	skip_without_cri_client
+	[[ -f /sys/fs/cgroup/memory/memory.memsw.limit_in_bytes && -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]] ||
+		skip "no v1 memory (with memsw) and cpu hierarchies"
+	local logs=$BATS_TEST_TMPDIR/logs pod_name=pod$BATS_TEST_NUMBER cid devices unlimited
+	mkdir -p "$logs"
+	POD=$(cri run-pod "$pod_name" "$logs")
+	cid=$(cri create "$POD" "$pod_name" "$logs" resized "$IMAGE" /bin/fbhelper sleep 1000)
+	cri start "$cid"
+	wait_cri_state "$cid" RUNNING
+	forkbox_created "$cid"
+	devices=$(cri_cgroup_file "$cid" devices devices.list)
+	# 64 MiB first, so that 128 MiB has to raise memsw above the current limit before the limit.
+	run cri update "$cid" 67108864 0 0
+	assert_success
+	run cri update "$cid" 134217728 20000 100000 256
+	assert_success
+	grep -E -q "(^| )update .*$cid\$" "$FB_CALLS"
+	run cri_cgroup_file "$cid" memory memory.limit_in_bytes
+	assert_output 134217728
+	run cri_cgroup_file "$cid" memory memory.memsw.limit_in_bytes
+	assert_output 134217728
+	run cri_cgroup_file "$cid" cpu cpu.cfs_period_us
+	assert_output 100000
+	run cri_cgroup_file "$cid" cpu cpu.cfs_quota_us
+	assert_output 20000
+	run cri_cgroup_file "$cid" cpu cpu.shares
+	assert_output 256
+	# The device rules came along unchanged, and are as they were.
+	run cri_cgroup_file "$cid" devices devices.list
+	assert_output "$devices"
+	# -1: unlimited memory, and memsw with it (containerd sends both).
+	unlimited=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes)
+	run cri update "$cid" -1 0 0
+	assert_success
+	run cri_cgroup_file "$cid" memory memory.limit_in_bytes
+	assert_output "$unlimited"
+	run cri_cgroup_file "$cid" memory memory.memsw.limit_in_bytes
+	assert_output "$unlimited"
+	# The CPU limits stay (0 leaves a field alone) and the container still runs.
+	run cri_cgroup_file "$cid" cpu cpu.cfs_quota_us
+	assert_output 20000
+	run cri exec-sync "$cid" /bin/fbhelper echo still here
+	assert_success
+	assert_output "still here"
+	run cri stop-pod "$POD"
+	assert_success
+	run cri rm-pod "$POD"
+	assert_success
+	POD=
+}

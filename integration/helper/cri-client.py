@@ -8,7 +8,9 @@ usage: cri-client.py SOCKET HANDLER VERB ARGS...
   start ID | stop-pod POD | rm-pod POD      StartContainer / StopPodSandbox / RemovePodSandbox
   status ID                                 ContainerStatus as JSON {state, exit_code, reason, message}
   exec-sync ID CMD...                       ExecSync: prints stdout, exits with the exit code
-  update ID MEMORY CPU_QUOTA CPU_PERIOD     UpdateContainerResources (bytes, microseconds)
+  update ID MEMORY CPU_QUOTA CPU_PERIOD [CPU_SHARES]
+                                            UpdateContainerResources (bytes, microseconds;
+                                            0 leaves a field as it was: containerd)
 
 No crictl in Debian: the messages are built at run time from a descriptor holding only the
 fields used here, with the field numbers of the CRI runtime.v1 API (k8s.io/cri-api), so
@@ -141,6 +143,8 @@ def main(argv):
             req = M["UpdateContainerResourcesRequest"](container_id=args[0])
             res = req.linux
             res.memory_limit_in_bytes, res.cpu_quota, res.cpu_period = int(args[1]), int(args[2]), int(args[3])
+            if len(args) > 4:
+                res.cpu_shares = int(args[4])
             call(channel, "UpdateContainerResources", req, "Empty")
         elif verb == "exec-sync":
             resp = call(channel, "ExecSync", M["ExecSyncRequest"](container_id=args[0], cmd=args[1:], timeout=30),
