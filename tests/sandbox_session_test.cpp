@@ -136,3 +136,17 @@ TEST(SessionDiff, AgainstAForkPoint) {
     EXPECT_EQ(compute_diff(base, now, none), want);
     EXPECT_EQ(format_changes({want[0]}), R"([{"path":"/w/changed","change":"modified","type":"file","size":2}])");
 }
+
+TEST(WarmPython, ARunOfPythonCodeIsPython3DashC) {
+    Defaults d;
+    auto r = parse_run_request(R"J({"python": "print(1)", "preload": ["json", "os.path"]})J", d);
+    ASSERT_TRUE(r) << r.error().what();
+    EXPECT_EQ(r->argv, (std::vector<std::string>{"python3", "-c", "print(1)"}));
+    EXPECT_EQ(r->preload, (std::vector<std::string>{"json", "os.path"}));
+    EXPECT_FALSE(parse_run_request(R"J({"python": "print(1)", "argv": ["x"]})J", d));
+    EXPECT_FALSE(parse_run_request(R"J({"preload": ["json"], "argv": ["x"]})J", d));
+    EXPECT_FALSE(parse_run_request(R"J({"python": "print(1)", "preload": ["os; import x"]})J", d));
+    EXPECT_FALSE(parse_run_request(R"J({"python": "print(1)", "preload": [".x"]})J", d));
+    EXPECT_FALSE(parse_run_request(R"J({"python": "print(1)", "caps": []})J", d));
+    EXPECT_FALSE(parse_run_request("{\"python\": \"a\\u0000b\"}", d));
+}

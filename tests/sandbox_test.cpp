@@ -287,6 +287,11 @@ TEST(SandboxKindWire, RoundTrips) {
     auto back = decode_kind(encode_kind(k));
     ASSERT_TRUE(back) << back.error().what();
     EXPECT_EQ(*back, k);
+    k.python = true;
+    k.preload = {"json", "os.path"};
+    back = decode_kind(encode_kind(k));
+    ASSERT_TRUE(back) << back.error().what();
+    EXPECT_EQ(*back, k);
     auto plain = decode_kind(encode_kind(SandboxKind{}));
     ASSERT_TRUE(plain);
     EXPECT_EQ(*plain, SandboxKind{});

@@ -115,6 +115,7 @@ Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind, int 
         s.stage = c_.options.stage_dir;
         s.upper_size_mb = c_.options.upper_size_mb;
         s.mapped_range = c_.mapped_range;
+        s.kind = &kind;
         for (auto& fd : task_fds) s.cgroup_task_fds.push_back(fd.get());
         for (auto& fd : bind_trees) s.bind_source_trees.push_back(fd.valid() ? fd.get() : -1);
         std::vector<int> keep = s.cgroup_task_fds;
@@ -236,8 +237,12 @@ std::string embryo_cgroup_path(pid_t service_pid, uint64_t id) {
     return std::string(kCgroupParent) + "/" + std::to_string(service_pid) + "-" + std::to_string(id);
 }
 
+// "<network 0|1><python 0|1>" then the mounts' source, destination, mode, NUL-separated,
+// then "\n" and the preloaded modules, NUL-separated.
 std::string encode_kind(const SandboxKind& kind) {
-    std::string out(1, kind.network ? '1' : '0');
+    std::string out;
+    out.push_back(kind.network ? '1' : '0');
+    out.push_back(kind.python ? '1' : '0');
     for (const auto& m : kind.mounts) {
         for (std::string_view s : {std::string_view(m.source), std::string_view(m.destination),
                                    std::string_view(m.writable ? "rw" : "ro")}) {
@@ -245,24 +250,41 @@ std::string encode_kind(const SandboxKind& kind) {
             out.push_back('\0');
         }
     }
+    out.push_back('\n');
+    for (const auto& p : kind.preload) {
+        out.append(p);
+        out.push_back('\0');
+    }
     return out;
 }
 
 Result<SandboxKind> decode_kind(std::string_view data) {
-    if (data.empty() || (data[0] != '0' && data[0] != '1')) return fail(EPROTO, "sandbox kind: bad network flag");
+    if (data.size() < 3 || (data[0] != '0' && data[0] != '1') || (data[1] != '0' && data[1] != '1'))
+        return fail(EPROTO, "sandbox kind: bad flags");
     SandboxKind k;
     k.network = data[0] == '1';
-    data.remove_prefix(1);
+    k.python = data[1] == '1';
+    data.remove_prefix(2);
+    // Paths hold no NUL, and a module name no newline: the mounts end at the first "\n"
+    // that starts a field.
     std::vector<std::string> fields;
-    while (!data.empty()) {
+    while (!data.empty() && data.front() != '\n') {
         size_t end = data.find('\0');
         if (end == std::string_view::npos) return fail(EPROTO, "sandbox kind: truncated");
         fields.emplace_back(data.substr(0, end));
         data.remove_prefix(end + 1);
     }
+    if (data.empty()) return fail(EPROTO, "sandbox kind: truncated");
+    data.remove_prefix(1);
     if (fields.size() % 3 != 0) return fail(EPROTO, "sandbox kind: mounts come in threes");
     for (size_t i = 0; i < fields.size(); i += 3)
         k.mounts.push_back(BindRequest{fields[i], fields[i + 1], fields[i + 2] == "rw"});
+    while (!data.empty()) {
+        size_t end = data.find('\0');
+        if (end == std::string_view::npos) return fail(EPROTO, "sandbox kind: truncated preload");
+        k.preload.emplace_back(data.substr(0, end));
+        data.remove_prefix(end + 1);
+    }
     return k;
 }
 

@@ -376,6 +376,21 @@ Result<void> drop_every_capability() {
     return apply_capabilities(CapabilitySets{});
 }
 
+// Waits for the command (reaping what gets orphaned meanwhile), reports its status and
+// usage ("W"), and exits: the kernel then kills whatever else runs in the sandbox.
+[[noreturn]] void report_end(int control, pid_t command) {
+    int status = 0;
+    rusage usage{};
+    for (;;) {
+        pid_t p = ::wait4(-1, &status, 0, &usage);
+        if (p == command) break;
+        if (p < 0 && errno != EINTR) ::_exit(1);
+    }
+    send_text(control, "W" + usage_text(status, usage));
+    // The command's code as ours too, for a daemon that reaps us before reading "W".
+    ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+}
+
 // The sandbox's init from here on: the command runs as its child (pid 2), so it has a
 // process's ordinary signal semantics (pid 1 ignores the signals it has no handler for),
 // and it execs from a vfork child, without tearing down this process's address space on
@@ -398,16 +413,123 @@ Result<void> drop_every_capability() {
         int e = exec_errno;
         send_text(control, "X" + std::to_string(e) + " exec " + r.argv[0] + ": " + std::strerror(e));
     }
-    int status = 0;
-    rusage usage{};
-    for (;;) {
-        pid_t p = ::wait4(-1, &status, 0, &usage);
-        if (p == command) break;
-        if (p < 0 && errno != EINTR) ::_exit(1);
+    report_end(control, command);
+}
+
+// --- a warm Python ---
+
+// python3 -c WARM_PYTHON FD [MODULE...]: imports the modules, says "R" on the socket FD (or
+// "F" and why), then takes one request (cwd, code and the environment, NUL-separated, with
+// stdin, stdout and stderr) and runs the code as `python3 -c CODE` would, in a fresh
+// __main__: tracebacks and exit codes are python3's.
+constexpr const char* kWarmPython = R"PY(import os, sys, socket
+s = socket.socket(fileno=int(sys.argv[1]))
+try:
+    for m in sys.argv[2:]:
+        __import__(m)
+except BaseException as e:
+    s.send(("Fpreload: %s: %s" % (type(e).__name__, e)).encode("utf-8", "replace")[:4000])
+    os._exit(1)
+s.send(b"R")
+msg, anc, _, _ = s.recvmsg(1 << 20, socket.CMSG_SPACE(12))
+s.close()
+fds = [int.from_bytes(d[i:i + 4], sys.byteorder) for _, _, d in anc for i in range(0, len(d) - 3, 4)]
+for i, fd in enumerate(fds[:3]):
+    os.dup2(fd, i)
+    os.close(fd)
+cwd, code, *env = msg.decode("utf-8", "surrogateescape").split("\0")
+os.environ.clear()
+for e in env:
+    k, _, v = e.partition("=")
+    os.environ[k] = v
+os.chdir(cwd)
+main = type(sys)("__main__")
+main.__builtins__ = __builtins__
+sys.modules["__main__"] = main
+sys.argv = ["-c"]
+del s, msg, anc, fds, env, cwd
+try:
+    exec(compile(code, "<string>", "exec"), main.__dict__)
+    rc = 0
+except SystemExit as e:
+    rc = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+    if not isinstance(e.code, int) and e.code is not None:
+        print(e.code, file=sys.stderr)
+except BaseException as e:
+    import traceback
+    traceback.print_exception(type(e), e, e.__traceback__.tb_next)
+    rc = 1
+# What python3's exit does for the program (its threads, atexit, the streams), without
+# tearing down the interpreter, which the sandbox's end does anyway.
+if "threading" in sys.modules:
+    sys.modules["threading"]._shutdown()
+import atexit
+atexit._run_exitfuncs()
+for f in (sys.stdout, sys.stderr):
+    try:
+        f.flush()
+    except BaseException:
+        rc = rc or 120
+os._exit(rc & 0xFF)
+)PY";
+
+struct WarmPython {
+    pid_t pid = -1;
+    unique_fd socket;
+};
+WarmPython warm_python;
+
+// Starts the warm Python (pid 2) and waits until it has imported its modules; returns its
+// CPU time so far (ns), which is not a request's.
+Result<uint64_t> start_warm_python(const std::vector<std::string>& preload) {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) return sys_error("socketpair");
+    unique_fd ours(sv[0]), theirs(sv[1]);
+    if (::fcntl(theirs.get(), F_SETFD, 0) < 0) return sys_error("fcntl");
+    Release r;
+    r.argv = {"python3", "-c", kWarmPython, std::to_string(theirs.get())};
+    r.argv.insert(r.argv.end(), preload.begin(), preload.end());
+    r.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"};
+    Command c = prepare(r);
+    unique_fd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
+    int stdio[3] = {null.get(), null.get(), null.get()};
+    ::umask(022);
+    pid_t pid = spawn(c, stdio);
+    if (pid < 0) return sys_error("start python3");
+    if (exec_errno) return fail(exec_errno, "exec python3");
+    theirs.reset();
+    char buf[4096];
+    ssize_t n;
+    do n = ::recv(ours.get(), buf, sizeof buf, 0);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0 || buf[0] != 'R') {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+        if (n > 1 && buf[0] == 'F') return fail(EINVAL, "python3: " + std::string(buf + 1, static_cast<size_t>(n - 1)));
+        return fail(EIO, "python3 exited before it was ready");
     }
-    send_text(control, "W" + usage_text(status, usage));
-    // The command's code as ours too, for a daemon that reaps us before reading "W".
-    ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    warm_python.pid = pid;
+    warm_python.socket = std::move(ours);
+    auto stat = read_file("/proc/" + std::to_string(pid) + "/schedstat");
+    return stat ? std::strtoull(stat->c_str(), nullptr, 10) : 0;
+}
+
+// A request for the warm Python: its limits, then the code and stdio are its.
+[[noreturn]] void run_warm_python(int control, const Release& r, const int* stdio) {
+    pid_t pid = warm_python.pid;
+    rlimit nproc{r.nproc_limit, r.nproc_limit}, address{r.address_limit, r.address_limit};
+    if (r.nproc_limit && ::prlimit(pid, RLIMIT_NPROC, &nproc, nullptr) < 0) exec_failed(control, errno, "RLIMIT_NPROC");
+    if (r.address_limit && ::prlimit(pid, RLIMIT_AS, &address, nullptr) < 0) exec_failed(control, errno, "RLIMIT_AS");
+    std::string m = r.cwd + '\0' + (r.argv.size() > 2 ? r.argv[2] : std::string());
+    for (const auto& e : r.env) m += '\0' + e;
+    auto sent = send_with_fds(warm_python.socket.get(), m, std::span<const int>(stdio, 3), "warm python");
+    for (int i = 0; i < 3; ++i) ::close(stdio[i]);
+    if (!sent) {
+        send_text(control, "X" + std::to_string(sent.error().errnum()) + " " + sent.error().what());
+        ::kill(pid, SIGKILL);
+    }
+    warm_python.socket.reset();
+    report_end(control, pid);
 }
 
 // --- sessions ---
@@ -551,6 +673,7 @@ std::string Release::encode() const {
     put(out, std::to_string(nproc_limit));
     put(out, std::to_string(address_limit));
     put(out, drop_all_caps ? "1" : "0");
+    put(out, warm_python ? "1" : "0");
     put(out, std::to_string(argv.size()));
     for (const auto& a : argv) put(out, a);
     for (const auto& e : env) put(out, e);
@@ -565,6 +688,8 @@ Result<Release> Release::decode(std::string_view data) {
     FB_ASSIGN(r.address_limit, in.number());
     FB_ASSIGN(uint64_t drop, in.number());
     r.drop_all_caps = drop != 0;
+    FB_ASSIGN(uint64_t python, in.number());
+    r.warm_python = python != 0;
     FB_ASSIGN(uint64_t argc, in.number());
     if (argc == 0 || argc > data.size()) return fail(EPROTO, "release: bad argc");
     for (uint64_t i = 0; i < argc; ++i) {
@@ -607,7 +732,13 @@ void embryo_main(const EmbryoSetup& s) {
     int fork_source = flags.find('F') != std::string_view::npos && next < fds.size() ? fds[next++].release() : -1;
     auto built = build(s, lower, fork_source);
     if (!built) die(control, built.error().what());
-    if (::send(control, "R", 1, MSG_NOSIGNAL) < 0) ::_exit(1);
+    std::string ready = "R";
+    if (s.kind && s.kind->python) {
+        auto cpu = start_warm_python(s.kind->preload);
+        if (!cpu) die(control, "a warm Python: " + cpu.error().what());
+        ready += " " + std::to_string(*cpu);
+    }
+    if (::send(control, ready.data(), ready.size(), MSG_NOSIGNAL) < 0) ::_exit(1);
 
     fds.clear();
     n = receive_message(control, buf, fds, "sandbox control");
@@ -635,6 +766,7 @@ void embryo_main(const EmbryoSetup& s) {
     auto release = Release::decode(std::string_view(buf.data() + 1, *n - 1));
     if (!release) exec_failed(control, EPROTO, "release");
     int stdio[3] = {fds[0].release(), fds[1].release(), fds[2].release()};
+    if (release->warm_python && warm_python.pid > 0) run_warm_python(control, *release, stdio);
     run(control, *release, stdio);
 }
 

@@ -14,7 +14,8 @@
 //   daemon: "M" ["L"] ["F"] + fds [the lower layer, an idmapped copy of "/"] [a fork's
 //           parent's stage, whose state it copies]                maps written: build
 //   embryo: "C" (a fork: the parent's state is copied), then
-//           "R" (ready) or "F<message>" (failed; it then exits)
+//           "R" (ready) or "F<message>" (failed; it then exits); a warm Python's embryo
+//           starts python3 (pid 2) first and says "R <its CPU time so far, ns>"
 //   daemon: "G" + Release::encode() + fds stdin, stdout, stderr     run the command
 //   embryo: "X<errno> <message>" when the command could not be started (its status is then
 //           126 or 127), and "W<wait status> <user us> <system us> <max rss KiB>" when it
@@ -39,6 +40,7 @@
 #include "libforkbox/base/error.hpp"
 #include "libforkbox/cgroup/cgroups.hpp"
 #include "libforkbox/plan/plan.hpp"
+#include "libforkbox/sandbox/profile.hpp"
 #include "libforkbox/sandbox/request.hpp"
 #include "libforkbox/seccomp/seccomp.hpp"
 
@@ -54,6 +56,7 @@ struct Release {
     uint64_t nproc_limit = 0;    // RLIMIT_NPROC; 0: unchanged
     uint64_t address_limit = 0;  // RLIMIT_AS in bytes; 0: unchanged
     bool drop_all_caps = false;
+    bool warm_python = false;  // argv is python3 -c CODE: the embryo's warm Python runs CODE
 
     std::string encode() const;
     static Result<Release> decode(std::string_view data);
@@ -70,6 +73,7 @@ struct EmbryoSetup {
     bool mapped_range = false;    // a root daemon's map of 65536 ids: setgroups allowed
     std::vector<int> cgroup_task_fds;  // v1 `tasks` files of its cgroups, opened by the daemon
     std::vector<int> bind_source_trees;  // per plan.mounts index, -1 for none
+    const SandboxKind* kind = nullptr;   // its python and preload
 };
 
 // Never returns. Every fd but those in `setup` must be closed by the caller first.

@@ -18,6 +18,10 @@ namespace forkbox::sandbox {
 struct SandboxKind {
     bool network = false;  // the host's network instead of a namespace with only lo
     std::vector<BindRequest> mounts;
+    // A warm Python: the embryo starts python3 with these modules imported, and a request
+    // hands it the code to run (embryo.cpp).
+    bool python = false;
+    std::vector<std::string> preload;
     auto operator<=>(const SandboxKind&) const = default;
 };
 

@@ -207,11 +207,30 @@ Result<RunRequest> parse_run_request(std::string_view text, const Defaults& defa
             FB_ASSIGN(r.max_output, positive(v, key, kMaxOutputLimit));
         } else if (key == "session") {
             FB_ASSIGN(r.session, session_id(v));
+        } else if (key == "python") {
+            auto code = v.as_string();
+            if (!code) return invalid(key, "must be a string of Python code");
+            if (has_nul(*code)) return invalid(key, "must not contain NUL bytes (Python source cannot)");
+            r.python = std::move(*code);
+        } else if (key == "preload") {
+            FB_ASSIGN(r.preload, string_array(v, key));
+            if (r.preload.size() > 64) return invalid(key, "may name at most 64 modules");
+            for (const auto& m : r.preload)
+                if (m.empty() || m.size() > 128 || m.front() == '.' || m.back() == '.' ||
+                    m.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.") != std::string::npos)
+                    return invalid(key, "must name modules (\"json\", \"os.path\"), not \"" + m.substr(0, 64) + "\"");
         } else {
             return invalid(key, "is not a key of a run request");
         }
         return {};
     }));
+    if (r.python) {
+        if (!r.argv.empty()) return invalid("argv", "and \"python\" are one or the other");
+        if (r.drop_all_caps) return invalid("caps", "cannot be dropped for a warm Python (it starts before the request)");
+        r.argv = {"python3", "-c", *r.python};
+    } else if (!r.preload.empty()) {
+        return invalid("preload", "needs \"python\"");
+    }
     if (r.argv.empty()) return invalid("argv", "must be a non-empty array of strings");
     if (r.argv[0].empty()) return invalid("argv", "must not start with an empty string");
     if (!r.session.empty() && !sandbox_key.empty())

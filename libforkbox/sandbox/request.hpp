@@ -49,6 +49,10 @@ struct RunRequest {
     uint64_t max_output = 1 << 20;
     bool drop_all_caps = false;
     std::string session;  // run in this session's sandbox (then the sandbox's keys are its)
+    // Python code to run (argv is then python3 -c CODE): in a sandbox of its own, by a warm
+    // interpreter that imported `preload` before the request.
+    std::optional<std::string> python;
+    std::vector<std::string> preload;
 };
 
 // The create verb: a session, one sandbox for many runs and file verbs.

@@ -502,7 +502,8 @@ void Server::on_control(uint64_t embryo_id) {
     } else if (e.state == Embryo::State::Building && m == "C") {
         e.copied = true;
         if (auto r = runs_.find(e.run); r != runs_.end()) fork_child_copied(r->second->job, e.run);
-    } else if (e.state == Embryo::State::Building && m == "R") {
+    } else if (e.state == Embryo::State::Building && m.front() == 'R' && (m.size() == 1 || m[1] == ' ')) {
+        if (m.size() > 2) e.python_cpu_ms = static_cast<double>(std::strtoull(std::string(m.substr(2)).c_str(), nullptr, 10)) / 1e6;
         embryo_ready(e);
     } else if (m.front() == 'F') {
         e.failure = std::string(m.substr(1));
@@ -541,7 +542,7 @@ void Server::embryo_ready(Embryo& e) {
     // schedstat's first field: nanoseconds on a CPU so far.
     if (auto text = read_file("/proc/" + std::to_string(e.pid) + "/schedstat"))
         e.setup_cpu_ms = static_cast<double>(std::strtoull(text->c_str(), nullptr, 10)) / 1e6;
-    build_cpu_ms_total_ += e.setup_cpu_ms;
+    build_cpu_ms_total_ += e.setup_cpu_ms + e.python_cpu_ms;
     open_usage_files(e);
     if (e.pooled) {
         Pool& pool = pools_[e.kind];
@@ -675,6 +676,7 @@ void Server::build_failed(uint64_t embryo_id, const std::string& why) {
             if (++pool.failures >= kBuildFailuresBeforePause) pool.retry_at = Clock::now() + std::chrono::seconds(10);
         }
         log::warn("sandbox: could not make a sandbox: " + why);
+        pools_[e.kind].last_error = why;
     } else if (auto p = pools_.find(e.kind); p != pools_.end()) {
         std::erase(p->second.ready, e.id);
     }
@@ -715,6 +717,10 @@ Run& Server::start_run(unique_fd conn, RunRequest request, uid_t peer) {
     r->peer = peer;
     r->kind.network = request.network;
     r->kind.mounts = request.mounts;
+    // A warm Python for a run of its own; in a session, python3 -c runs like any command.
+    r->kind.python = request.python.has_value() && request.session.empty();
+    r->kind.preload = request.preload;
+    if (!r->kind.python) r->kind.preload.clear();
     r->session = request.session;
     r->request = std::move(request);
     r->capture[0].emplace(r->request.max_output);
@@ -737,7 +743,7 @@ void Server::place(Run& r) {
             return;
         }
         if (pool.failures >= kBuildFailuresBeforePause && Clock::now() < pool.retry_at) {
-            fail_run(r, ErrorKind::SandboxError, "sandboxes of this kind fail to build here (see the daemon's log)");
+            fail_run(r, ErrorKind::SandboxError, "sandboxes of this kind fail to build here: " + pool.last_error);
             return;
         }
     }
@@ -836,6 +842,7 @@ void Server::release(Run& r, Embryo& e) {
     rel.env = r.request.env;
     rel.cwd = r.request.cwd;
     rel.drop_all_caps = r.request.drop_all_caps;
+    rel.warm_python = e.kind.python;
     if (use_cgroups_) {
         if (auto applied = apply_limits(e, limits_for(r.request.memory_mb, r.request.pids, r.request.cpus)); !applied) {
             fail_run(r, ErrorKind::SandboxError, "sandbox limits: " + applied.error().what());
@@ -1085,7 +1092,8 @@ void Server::collect_usage(Run& r, Embryo& e, RunOutcome& o) {
     if (!use_cgroups_) {
         double total = (r.usage.ru_utime.tv_sec + r.usage.ru_stime.tv_sec) * 1000.0 +
                        (r.usage.ru_utime.tv_usec + r.usage.ru_stime.tv_usec) / 1000.0;
-        o.cpu_ms = r.usage_is_command ? total : std::max(0.0, total - e.setup_cpu_ms);
+        // A warm Python's own start-up is not the request's.
+        o.cpu_ms = std::max(0.0, total - e.python_cpu_ms - (r.usage_is_command ? 0 : e.setup_cpu_ms));
         o.peak_memory_bytes = static_cast<uint64_t>(r.usage.ru_maxrss) * 1024;
         o.limits.memory = "rlimit";
         o.limits.pids = "rlimit";
@@ -1097,7 +1105,7 @@ void Server::collect_usage(Run& r, Embryo& e, RunOutcome& o) {
     if (auto text = pread_text(e.cpu_usage)) {
         double ms = e.cpu_usage_keyed ? static_cast<double>(cgroup_keyed_value(*text, "usage_usec")) / 1e3
                                       : static_cast<double>(parse_cgroup_uint(*text).value_or(0)) / 1e6;
-        o.cpu_ms = std::max(0.0, ms - e.setup_cpu_ms);
+        o.cpu_ms = std::max(0.0, ms - e.setup_cpu_ms - e.python_cpu_ms);
     }
     if (auto text = pread_text(e.memory_peak)) {
         if (auto v = parse_cgroup_uint(*text)) o.peak_memory_bytes = *v;

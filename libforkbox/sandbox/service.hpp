@@ -92,6 +92,7 @@ struct Embryo {
     // parent hears of the exit); the builder drops it afterwards, off the request path.
     unique_fd mount_ns;
     double setup_cpu_ms = 0;  // its own CPU time when ready: not the command's
+    double python_cpu_ms = 0;  // a warm Python's CPU time when ready: not the request's either
     // Its cgroups' usage files, opened when it is ready so that a result costs one pread each.
     unique_fd cpu_usage, memory_peak, memory_events;
     bool cpu_usage_keyed = false;  // v2 cpu.stat (usage_usec) instead of v1 cpuacct.usage (ns)
@@ -104,6 +105,7 @@ struct Pool {
     std::deque<uint64_t> ready;
     int building = 0;
     int failures = 0;  // builds failed in a row
+    std::string last_error;
     Clock::time_point retry_at{};
 };
 
