@@ -184,8 +184,8 @@ int cmd_sandbox(const Globals&, const std::vector<std::string>& args) {
     VerbParser p("sandbox [options] [--] COMMAND [ARG...]",
                  "Run one command in a fresh sandbox of the running `forkbox daemon` (user namespace,\n"
                  "overlay root in RAM, seccomp, limits). Exits with the command's code; 124 on timeout.");
-    std::vector<std::string> command, env, mounts;
-    std::string socket, cwd, session;
+    std::vector<std::string> command, env, mounts, preload;
+    std::string socket, cwd, session, python;
     uint64_t timeout_ms = 0, memory_mb = 0, pids = 0, max_output = 0;
     double cpus = 0;
     bool network = false, no_caps = false, forward_stdin = false, info = false;
@@ -203,6 +203,8 @@ int cmd_sandbox(const Globals&, const std::vector<std::string>& args) {
         "stdin,i", po::bool_switch(&forward_stdin), "pass this process's standard input (read to its end first)")(
         "info", po::bool_switch(&info), "print the daemon's facts and counters (JSON) and exit")(
         "session,s", po::value(&session), "run in this session's sandbox (forkbox sandbox create)")(
+        "python", po::value(&python), "run this Python code (python3 -c) by a warm interpreter instead of a command")(
+        "preload", po::value(&preload)->composing(), "a module the warm interpreter imports first (with --python)")(
         "command", po::value(&command)->multitoken(), "the command");
     p.positional("command", -1);
     po::variables_map vm;
@@ -214,13 +216,23 @@ int cmd_sandbox(const Globals&, const std::vector<std::string>& args) {
         std::cout << *r << "\n";
         return 0;
     }
-    if (command.empty()) return report("sandbox: no command given (forkbox sandbox -- CMD...)");
+    if (command.empty() == python.empty())
+        return report("sandbox: give a command (forkbox sandbox -- CMD...) or --python CODE, not both");
 
     json::Writer w;
     w.begin_object();
-    w.key("argv").begin_array();
-    for (const auto& a : command) w.value(a);
-    w.end_array();
+    if (python.empty()) {
+        w.key("argv").begin_array();
+        for (const auto& a : command) w.value(a);
+        w.end_array();
+    } else {
+        w.key("python").value(python);
+        if (!preload.empty()) {
+            w.key("preload").begin_array();
+            for (const auto& m : preload) w.value(m);
+            w.end_array();
+        }
+    }
     if (!env.empty()) {
         w.key("env").begin_array();
         for (const auto& e : env) w.value(e);

@@ -249,3 +249,35 @@ w
 	run usb list
 	refute_output --partial sb-
 }
+
+@test "sandbox --python: a warm interpreter runs the code as python3 -c would, a fresh sandbox each time" {
+	run --separate-stderr sb --python 'import math, sys; print(math.factorial(20)); print(sys.argv, __name__)'
+	assert_success
+	assert_output "2432902008176640000
+['-c'] __main__"
+	# Tracebacks and exit codes are python3's.
+	run --separate-stderr sb --python 'x = 1
+1 / 0'
+	[[ $status == 1 ]] || fail "status $status"
+	[[ $stderr == *'File "<string>", line 2, in <module>'*"ZeroDivisionError: division by zero"* ]] || fail "stderr: $stderr"
+	[[ $stderr != *"exec(compile"* ]] || fail "the wrapper shows in the traceback: $stderr"
+	run sb --python 'import sys; sys.exit(7)'
+	[[ $status == 7 ]] || fail "status $status"
+	run sb --python 'import atexit, threading, time
+atexit.register(lambda: print("atexit ran"))
+threading.Thread(target=lambda: (time.sleep(0.2), print("thread ran"))).start()'
+	assert_output "thread ran
+atexit ran"
+	# Nothing of one run is seen by the next: files, globals, imported modules.
+	sb --python 'open("/tmp/left", "w").write("x"); import sys; sys.modules["json"].leak = 1' --preload json
+	run sb --python 'import os, sys; print(os.path.exists("/tmp/left"), hasattr(sys.modules["json"], "leak"))' --preload json
+	assert_output "False False"
+	# The deadline, stdin, cwd and env are a run's.
+	run sb --python 'while True: pass' --timeout-ms 300
+	[[ $status == 124 ]] || fail "status $status"
+	run sb --stdin --cwd /tmp -e X=42 --python 'import os, sys; print(sys.stdin.read().strip(), os.getcwd(), os.environ["X"])' <<<"in"
+	assert_output "in /tmp 42"
+	run --separate-stderr sb --python 'print(1)' --preload no_such_module_here
+	assert_failure
+	[[ $stderr == *"ModuleNotFoundError"*"no_such_module_here"* ]] || fail "stderr: $stderr"
+}
