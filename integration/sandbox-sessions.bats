@@ -281,3 +281,36 @@ atexit ran"
 	assert_failure
 	[[ $stderr == *"ModuleNotFoundError"*"no_such_module_here"* ]] || fail "stderr: $stderr"
 }
+
+@test "sandbox session: a sandbox service killed with SIGKILL takes its sessions with it; the next one cleans up and serves" {
+	local sock=$TDIR/kill.sock marker=$((97865000 + $$ % 1000))
+	start_daemon_as_root "$sock"
+	local svc id
+	svc=$("$SB_FB" sandbox --socket "$sock" --info | jq -r .service_pid)
+	id=$(sb_on "$sock" create) || fail "create: $id"
+	sb_on "$sock" --session "$id" -- sh -c "(sleep $marker &); true"
+	# A run in flight too.
+	(sb_on "$sock" --session "$id" -- sleep $((marker + 1)) >"$TDIR/inflight.out" 2>&1 || echo "rc=$?" >>"$TDIR/inflight.out") &
+	local client=$!
+	wait_for_process sleep "sleep $((marker + 1))" 10 >/dev/null
+	kill -KILL "$svc"
+	wait "$client"
+	# The client is told, the session's processes are gone with their init (PDEATHSIG).
+	[[ $(cat "$TDIR/inflight.out") == *"rc=1"* ]] || fail "the client in flight: $(cat "$TDIR/inflight.out")"
+	no_process_matching "sleep $marker" 5
+	no_process_matching "sleep $((marker + 1))" 5
+	# The daemon starts a new service on the next request; it removes the dead one's cgroups.
+	run --separate-stderr sb_on "$sock" -- echo again
+	assert_success
+	assert_output again
+	run --separate-stderr sb_on "$sock" --session "$id" -- true
+	assert_failure
+	[[ $stderr == *"no_such_sandbox"* ]] || fail "stderr: $stderr"
+	local i left
+	for ((i = 0; i < 50; i++)); do
+		left=$(service_cgroups "$svc")
+		[[ -z $left ]] && break
+		sleep 0.1
+	done
+	[[ -z $left ]] || fail "the dead service's cgroups are left: $left"
+}

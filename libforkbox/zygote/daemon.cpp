@@ -471,7 +471,7 @@ private:
     // The sandbox service: its process, and the socket its connections go over.
     unique_fd sandbox_handoff_;
     pid_t sandbox_pid_ = -1;
-    Clock::time_point sandbox_restart_at_{};
+    Clock::time_point sandbox_restart_at_{}, sandbox_started_at_{};
 };
 
 void Daemon::start_sandbox_server() {
@@ -497,7 +497,7 @@ void Daemon::start_sandbox_server() {
     }
     sandbox_handoff_ = std::move(ours);
     sandbox_pid_ = pid;
-    sandbox_restart_at_ = Clock::now() + std::chrono::seconds(1);
+    sandbox_started_at_ = Clock::now();
 }
 
 void Daemon::stop_sandbox_server() {
@@ -808,7 +808,12 @@ void Daemon::reap() {
         if (pid != sandbox_pid_) continue;
         sandbox_pid_ = -1;
         sandbox_handoff_.reset();
-        // Started again by the next sandbox request (at most once a second).
+        // Started again by the next sandbox request; one that fails on its own within a
+        // second of its start (a setup that cannot work) only a second later, so that a
+        // stream of requests is no loop of failing starts.
+        auto now = Clock::now();
+        bool failed_fast = WIFEXITED(status) && now - sandbox_started_at_ < std::chrono::seconds(1);
+        sandbox_restart_at_ = failed_fast ? now + std::chrono::seconds(1) : now;
         log::warn("sandbox: the sandbox service exited (status " + std::to_string(status) + ")");
     }
 }
