@@ -13,6 +13,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/xattr.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -198,6 +199,13 @@ struct Tree {
 };
 Tree tree;
 
+// Bytes in use on the stage tmpfs (the sandbox's writable layer), -1 when unknown.
+int64_t stage_used() {
+    struct statfs fs;
+    if (!tree.stage || ::fstatfs(tree.stage.get(), &fs) < 0) return -1;
+    return static_cast<int64_t>((fs.f_blocks - fs.f_bfree) * static_cast<uint64_t>(fs.f_bsize));
+}
+
 // The sandbox's root: a tmpfs on the stage directory holding the overlay's upper and work
 // directories and the lower layer's mount point, and the overlay on <stage>/root. A fork
 // (`fork_source`: its parent's stage) starts with a copy of its parent's state.
@@ -378,7 +386,7 @@ Result<void> drop_every_capability() {
 
 // Waits for the command (reaping what gets orphaned meanwhile), reports its status and
 // usage ("W"), and exits: the kernel then kills whatever else runs in the sandbox.
-[[noreturn]] void report_end(int control, pid_t command) {
+[[noreturn]] void report_end(int control, pid_t command, int64_t used_before) {
     int status = 0;
     rusage usage{};
     for (;;) {
@@ -386,7 +394,9 @@ Result<void> drop_every_capability() {
         if (p == command) break;
         if (p < 0 && errno != EINTR) ::_exit(1);
     }
-    send_text(control, "W" + usage_text(status, usage));
+    int64_t used = stage_used();
+    send_text(control, "W" + usage_text(status, usage) + " " +
+                           std::to_string(used >= 0 && used_before >= 0 ? used - used_before : 0));
     // The command's code as ours too, for a daemon that reaps us before reading "W".
     ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 }
@@ -405,6 +415,7 @@ Result<void> drop_every_capability() {
     }
     if (r.drop_all_caps && !drop_every_capability()) exec_failed(control, errno, "drop capabilities");
     Command c = prepare(r);
+    int64_t used = stage_used();
     pid_t command = spawn(c, stdio);
     int err = errno;
     for (int i = 0; i < 3; ++i) ::close(stdio[i]);  // the pipes end with the command's side
@@ -413,7 +424,7 @@ Result<void> drop_every_capability() {
         int e = exec_errno;
         send_text(control, "X" + std::to_string(e) + " exec " + r.argv[0] + ": " + std::strerror(e));
     }
-    report_end(control, command);
+    report_end(control, command, used);
 }
 
 // --- a warm Python ---
@@ -520,6 +531,7 @@ Result<uint64_t> start_warm_python(const std::vector<std::string>& preload) {
     rlimit nproc{r.nproc_limit, r.nproc_limit}, address{r.address_limit, r.address_limit};
     if (r.nproc_limit && ::prlimit(pid, RLIMIT_NPROC, &nproc, nullptr) < 0) exec_failed(control, errno, "RLIMIT_NPROC");
     if (r.address_limit && ::prlimit(pid, RLIMIT_AS, &address, nullptr) < 0) exec_failed(control, errno, "RLIMIT_AS");
+    int64_t used = stage_used();
     std::string m = r.cwd + '\0' + (r.argv.size() > 2 ? r.argv[2] : std::string());
     for (const auto& e : r.env) m += '\0' + e;
     auto sent = send_with_fds(warm_python.socket.get(), m, std::span<const int>(stdio, 3), "warm python");
@@ -529,7 +541,7 @@ Result<uint64_t> start_warm_python(const std::vector<std::string>& preload) {
         ::kill(pid, SIGKILL);
     }
     warm_python.socket.reset();
-    report_end(control, pid);
+    report_end(control, pid, used);
 }
 
 // --- sessions ---
@@ -575,6 +587,7 @@ void stop_everyone() {
     if (!children) ::_exit(1);
     std::map<pid_t, uint64_t> leaders;  // a run's first process -> its id
     std::map<uint64_t, pid_t> groups;   // a run's id -> its process group
+    std::map<uint64_t, int64_t> used_at_start;  // a run's id -> stage_used() when it began
     std::string buf(kReleaseBufferBytes, '\0');
     for (;;) {
         pollfd p[2] = {{control, POLLIN, 0}, {children.get(), POLLIN, 0}};
@@ -592,7 +605,10 @@ void stop_everyone() {
             while ((pid = ::wait4(-1, &status, WNOHANG, &usage)) > 0) {
                 auto it = leaders.find(pid);
                 if (it == leaders.end()) continue;  // an orphan
-                send_text(control, "w" + std::to_string(it->second) + " " + usage_text(status, usage));
+                int64_t before = used_at_start[it->second], now = stage_used();
+                send_text(control, "w" + std::to_string(it->second) + " " + usage_text(status, usage) + " " +
+                                       std::to_string(before >= 0 && now >= 0 ? now - before : 0));
+                used_at_start.erase(it->second);
                 groups.erase(it->second);
                 leaders.erase(it);
             }
@@ -657,11 +673,12 @@ void stop_everyone() {
         }
         if (pid < 0) {
             send_text(control, "x" + std::to_string(id) + " " + std::to_string(errno) + " start: " + std::strerror(errno));
-            send_text(control, "w" + std::to_string(id) + " " + std::to_string(126 << 8) + " 0 0 0");
+            send_text(control, "w" + std::to_string(id) + " " + std::to_string(126 << 8) + " 0 0 0 0");
             continue;
         }
         leaders[pid] = id;
         groups[id] = pid;
+        used_at_start[id] = stage_used();
     }
 }
 
@@ -762,7 +779,7 @@ void embryo_main(const EmbryoSetup& s) {
         session_loop(control, limits);
     }
     if (*n <= 1 || buf[0] != 'G' || fds.size() != 3) ::_exit(1);
-    tree = Tree{};  // a one-shot run keeps nothing of the tree open
+    tree.lower.reset();  // a one-shot run keeps only the stage open (its tmpfs's usage)
     auto release = Release::decode(std::string_view(buf.data() + 1, *n - 1));
     if (!release) exec_failed(control, EPROTO, "release");
     int stdio[3] = {fds[0].release(), fds[1].release(), fds[2].release()};

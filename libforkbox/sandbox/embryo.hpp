@@ -18,8 +18,8 @@
 //           starts python3 (pid 2) first and says "R <its CPU time so far, ns>"
 //   daemon: "G" + Release::encode() + fds stdin, stdout, stderr     run the command
 //   embryo: "X<errno> <message>" when the command could not be started (its status is then
-//           126 or 127), and "W<wait status> <user us> <system us> <max rss KiB>" when it
-//           ended (wait4 of the command alone).
+//           126 or 127), and "W<wait status> <user us> <system us> <max rss KiB> <bytes>"
+//           when it ended (wait4 of the command alone; the growth of its writable layer).
 // A session instead:
 //   daemon: "L<nproc limit> <address limit> <drop caps 0|1>"
 //   embryo: "l" + fd: the stage (a copy of its tmpfs mount, for forks)
@@ -29,7 +29,7 @@
 //           "S" / "T"                                stop / continue every process (a fork's
 //                                                    copy, pause); answered "s" / "t"
 //   embryo: "x<id> <errno> <message>"  the run could not start
-//           "w<id> <wait status> <user us> <system us> <max rss KiB>"  it ended
+//           "w<id> <wait status> <user us> <system us> <max rss KiB> <bytes>"  it ended
 #pragma once
 
 #include <cstdint>

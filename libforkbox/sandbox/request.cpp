@@ -427,6 +427,9 @@ std::string format_result(const RunOutcome& o) {
     w.key("peak_memory_bytes");
     if (o.peak_memory_bytes) w.value(*o.peak_memory_bytes);
     else w.null();
+    w.key("written_bytes");
+    if (o.written_bytes) w.value(*o.written_bytes);
+    else w.null();
     w.key("limits").begin_object();
     w.key("memory").value(o.limits.memory).key("pids").value(o.limits.pids).key("cpu").value(o.limits.cpu);
     w.end_object();

@@ -143,6 +143,7 @@ struct RunOutcome {
     uint64_t stdout_dropped = 0, stderr_dropped = 0;
     std::optional<double> cpu_ms;
     std::optional<uint64_t> peak_memory_bytes;
+    std::optional<int64_t> written_bytes;  // what the run added to the sandbox's writable layer
     Enforcement limits;
     std::optional<std::string> exec_error;
 };

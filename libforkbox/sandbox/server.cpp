@@ -519,7 +519,8 @@ void Server::on_control(uint64_t embryo_id) {
         if (r == runs_.end() || r->second->exited) return;
         Run& run = *r->second;
         unsigned long long status = 0, user_us = 0, system_us = 0, rss_kb = 0;
-        std::sscanf(std::string(m.substr(1)).c_str(), "%llu %llu %llu %llu", &status, &user_us, &system_us, &rss_kb);
+        long long written = 0;
+        std::sscanf(std::string(m.substr(1)).c_str(), "%llu %llu %llu %llu %lld", &status, &user_us, &system_us, &rss_kb, &written);
         run.exited = true;
         run.status = static_cast<int>(status);
         run.ended = Clock::now();
@@ -529,6 +530,7 @@ void Server::on_control(uint64_t embryo_id) {
         run.usage.ru_stime.tv_usec = static_cast<suseconds_t>(system_us % 1000000);
         run.usage.ru_maxrss = static_cast<long>(rss_kb);
         run.usage_is_command = true;
+        run.written_bytes = written;
         run.timer.reset();
         maybe_finish(run);
     }
@@ -1130,6 +1132,7 @@ void Server::maybe_finish(Run& r) {
     o.stdout_dropped = r.capture[0]->dropped();
     o.stderr_dropped = r.capture[1]->dropped();
     o.exec_error = r.exec_error;
+    o.written_bytes = r.written_bytes;
     if (auto it = embryos_.find(r.embryo); it != embryos_.end()) collect_usage(r, *it->second, o);
     r.replied = true;
     if (!r.session.empty()) {

@@ -70,6 +70,7 @@ struct Run {
     rusage usage{};
     std::optional<std::string> exec_error;
     bool usage_is_command = false;  // `usage` is the command's own (the embryo's "W")
+    std::optional<int64_t> written_bytes;  // the growth of the sandbox's writable layer
     uint64_t oom_kills_before = 0;  // a session's count when the run began
     std::string error_text;         // a file verb's stderr: its error message
 };
