@@ -216,8 +216,9 @@ int cmd_sandbox(const Globals&, const std::vector<std::string>& args) {
         std::cout << *r << "\n";
         return 0;
     }
-    if (command.empty() == python.empty())
-        return report("sandbox: give a command (forkbox sandbox -- CMD...) or --python CODE, not both");
+    if (command.empty() && python.empty())
+        return report("sandbox: no command given (forkbox sandbox -- CMD..., or --python CODE)");
+    if (!command.empty() && !python.empty()) return report("sandbox: give a command or --python CODE, not both");
 
     json::Writer w;
     w.begin_object();
