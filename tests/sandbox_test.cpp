@@ -225,6 +225,9 @@ TEST(SandboxRelease, RoundTrips) {
     ASSERT_TRUE(back) << back.error().what();
     EXPECT_EQ(*back, r);
     EXPECT_FALSE(Release::decode(std::string("/\0x\0", 4)));
+    // A number past 64 bits is malformed, not an exception (found by the sandbox_request fuzz target).
+    static const char huge[] = "/\0" "99999999999999999999999\0" "0\0" "0\0" "0\0" "1\0" "a";
+    EXPECT_FALSE(Release::decode(std::string(huge, sizeof huge)));
 }
 
 TEST(SandboxProfile, IsAPlanWithEveryNamespaceAndTheHardening) {

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <map>
 #include <set>
@@ -55,8 +56,10 @@ public:
     }
     Result<uint64_t> number() {
         FB_ASSIGN(std::string s, next());
-        if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return fail(EPROTO, "release: bad number");
-        return std::stoull(s);
+        uint64_t n = 0;
+        auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+        if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return fail(EPROTO, "release: bad number");
+        return n;
     }
     bool done() const { return d_.empty(); }
 
