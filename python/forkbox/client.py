@@ -1,22 +1,20 @@
 """The clients: :class:`Forkbox` (blocking) and :class:`AsyncForkbox` (asyncio)."""
 
 import asyncio
-import collections
-import errno
 import functools
 import inspect
 import os
-import random
-import select
 import socket
 import time
 import types
 from typing import (
     Any,
+    Awaitable,
     Callable,
-    Deque,
     Dict,
+    Generator,
     Generic,
+    List,
     Mapping,
     Optional,
     Sequence,
@@ -28,25 +26,31 @@ from typing import (
 
 from . import _daemon
 from ._protocol import (
-    RECV_BUFFER,
     Exchange,
     MountSpec,
     StdinData,
+    build_create_request,
     build_run_request,
     encode_info,
+    encode_request,
     encode_run,
     stdin_messages,
 )
-from .errors import DaemonNotRunning, ForkboxError, InvalidRequest, ProtocolError, SandboxBusy, SandboxError
-from .result import RunResult
+from ._transport import AsyncChannel, BusyRetry, Channel
+from .async_sandbox import AsyncSandbox
+from .errors import DaemonNotRunning, ForkboxError, InvalidRequest, ProtocolError, SandboxError
+from .result import RunResult, SandboxInfo
+from ._session import session_id
+from .sandbox import Sandbox
 
 __all__ = ["Forkbox", "AsyncForkbox"]
 
 R = TypeVar("R")
 
-_MSG_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
-_MSG_TRUNC = getattr(socket, "MSG_TRUNC", 0x20)
 INFO_TIMEOUT_S = 30.0
+# The daemon fails a file verb after 60 s (ETIMEDOUT); create, fork and the control verbs
+# are quicker. The client waits that long plus its grace.
+VERB_TIMEOUT_S = 60.0
 
 
 class _ClientMethod(Generic[R]):
@@ -92,10 +96,6 @@ class _ClientMethod(Generic[R]):
         return call
 
 
-def _backoff(attempt: int) -> float:
-    return float(min(0.5, 0.01 * 2.0 ** min(attempt, 6)) * (0.5 + random.random()))
-
-
 class _ClientBase:
     """What both clients share: configuration, socket resolution, deadlines."""
 
@@ -139,18 +139,34 @@ class _ClientBase:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(socket={self.socket_path!r}, autostart={self.autostart})"
 
-    def _run_budget(self, request: Mapping[str, Any]) -> Optional[float]:
-        """Seconds the client waits for a run's final message, or None (forever)."""
+    def _run_budget(self, request: Mapping[str, Any], default_timeout_ms: Optional[int] = None) -> Optional[float]:
+        """Seconds the client waits for a run's final message, or None (forever).
+        ``default_timeout_ms`` is the deadline that applies when the request gives none (a
+        session's)."""
         budgets = []
         if self.request_timeout_s is not None:
             budgets.append(float(self.request_timeout_s))
-        t = request.get("timeout_ms")
+        t = request.get("timeout_ms", default_timeout_ms)
         if t is not None:
             budgets.append(t / 1000.0 + self.timeout_grace_s)
         return min(budgets) if budgets else None
 
     def _info_budget(self) -> float:
         return float(self.request_timeout_s) if self.request_timeout_s is not None else INFO_TIMEOUT_S
+
+    def _verb_budget(self) -> float:
+        """Seconds the client waits for a session verb's final message (create, file, fork,
+        pause, resume, close, list)."""
+        if self.request_timeout_s is not None:
+            return float(self.request_timeout_s)
+        return VERB_TIMEOUT_S + self.timeout_grace_s
+
+    @staticmethod
+    def _deadline(budget: Optional[float]) -> Optional[float]:
+        return None if budget is None else time.monotonic() + budget
+
+    def _channel_errors(self, budget: Optional[float]) -> Dict[str, Callable[[], SandboxError]]:
+        return {"timeout_error": lambda: self._timeout_error(budget or 0.0), "closed_error": self._closed_error}
 
     def _timeout_error(self, budget: float) -> SandboxError:
         return SandboxError(
@@ -208,87 +224,37 @@ class Forkbox(_ClientBase):
         _daemon.start_daemon(self.socket_path)
         return _daemon.connect_blocking(self.socket_path, timeout)
 
-    def _exchange(self, verb: str, first: bytes, stdin: Optional[bytes], budget: Optional[float]) -> Any:
-        start = time.monotonic()
-        deadline = None if budget is None else start + budget
-        attempt = 0
-        while True:
-            try:
-                return self._exchange_once(verb, first, stdin, deadline, budget)
-            except SandboxBusy:
-                waited = time.monotonic() - start
-                pause = _backoff(attempt)
-                attempt += 1
-                if waited + pause > self.busy_retry_s or (deadline is not None and time.monotonic() + pause > deadline):
-                    raise
-                time.sleep(pause)
+    def _open(self, deadline: Optional[float], budget: Optional[float]) -> Channel:
+        """A channel on a new connection, bounded by ``deadline``."""
+        return Channel(self._connect(deadline), self.socket_path, deadline, **self._channel_errors(budget))
 
-    def _exchange_once(
-        self, verb: str, first: bytes, stdin: Optional[bytes], deadline: Optional[float], budget: Optional[float]
-    ) -> Any:
-        sock = self._connect(deadline)
-        try:
-            sock.setblocking(False)
-            pending: Deque[bytes] = collections.deque([first])
-            if stdin is not None:
-                pending.extend(stdin_messages(stdin))
-            ex = Exchange(verb)
-            poller = select.poll()
-            fd = sock.fileno()
-            resets = 0
-            registered = False
-            while True:
-                mask = select.POLLIN | (select.POLLOUT if pending else 0)
-                if registered:
-                    poller.modify(fd, mask)
-                else:
-                    poller.register(fd, mask)
-                    registered = True
-                if deadline is None:
-                    events = poller.poll()
-                else:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise self._timeout_error(budget or 0.0)
-                    events = poller.poll(max(1, int(left * 1000) + 1))
-                if not events:
+    def _exchange(self, kind: str, first: bytes, stdin: Optional[bytes], budget: Optional[float],
+                  **exchange: Any) -> Any:
+        """One request and its answer (``kind``: see :class:`Exchange`), ``busy`` retried.
+
+        ``exchange`` goes to the :class:`Exchange` (``path``, ``session``, callbacks).
+        """
+        deadline = self._deadline(budget)
+        retry = BusyRetry(self.busy_retry_s, deadline)
+        while True:
+            ex = Exchange(kind, **exchange)
+            ch = self._open(deadline, budget)
+            try:
+                ch.queue([first])
+                if stdin is not None:
+                    ch.queue(stdin_messages(stdin))
+                while True:
+                    msg = ch.recv()
+                    if msg is not None and ex.feed(msg):
+                        break
+            finally:
+                ch.close()
+            if ex.busy and not ex.data_received:
+                pause = retry.pause()
+                if pause is not None:
+                    time.sleep(pause)
                     continue
-                ev = events[0][1]
-                if ev & select.POLLOUT and pending:
-                    try:
-                        sock.send(pending[0], _MSG_NOSIGNAL)
-                        pending.popleft()
-                    except BlockingIOError:
-                        pass
-                    except (BrokenPipeError, ConnectionResetError):
-                        # The daemon stopped reading (error reply, command gone): read on.
-                        pending.clear()
-                    except OSError as e:
-                        if e.errno == errno.EMSGSIZE:
-                            raise InvalidRequest(f"request too large for one message ({len(pending[0])} bytes)") from None
-                        raise SandboxError(f"send to {self.socket_path}: {e}") from None
-                if ev & (select.POLLIN | select.POLLHUP | select.POLLERR):
-                    try:
-                        data, _, flags, _ = sock.recvmsg(RECV_BUFFER)
-                    except BlockingIOError:
-                        continue
-                    except ConnectionResetError:
-                        # The daemon closed with our unread messages queued: the error is
-                        # reported once, then what it sent before closing can be read.
-                        resets += 1
-                        if resets > 2:
-                            raise self._closed_error() from None
-                        continue
-                    except OSError as e:
-                        raise SandboxError(f"receive from {self.socket_path}: {e}") from None
-                    if flags & _MSG_TRUNC:
-                        raise ProtocolError(f"daemon sent a message larger than {RECV_BUFFER} bytes")
-                    if not data:
-                        raise self._closed_error()
-                    if ex.feed(data):
-                        return ex.result()
-        finally:
-            sock.close()
+            return ex.result()
 
     @_ClientMethod
     def run(
@@ -362,25 +328,58 @@ class Forkbox(_ClientBase):
         info: Dict[str, Any] = self._exchange("info", encode_info(), None, self._info_budget())
         return info
 
+    @_ClientMethod
+    def create(
+        self,
+        *,
+        memory_mb: Optional[int] = None,
+        pids: Optional[int] = None,
+        cpus: Optional[float] = None,
+        network: bool = False,
+        mounts: Optional[Sequence[MountSpec]] = None,
+        caps: Optional[Sequence[str]] = None,
+        timeout_ms: Optional[int] = None,
+        ttl_s: Optional[int] = None,
+        idle_s: Optional[int] = None,
+    ) -> Sandbox:
+        """Make a session: one sandbox kept for many runs and file verbs (a
+        :class:`forkbox.Sandbox`). Callable on the class or on an instance, as :meth:`run`.
 
-async def _wait_fd(loop: asyncio.AbstractEventLoop, fd: int, writable: bool) -> None:
-    fut: "asyncio.Future[None]" = loop.create_future()
+        >>> with Forkbox.create(memory_mb=512, timeout_ms=30_000, ttl_s=600) as sb:
+        ...     sb.write_file("/work/main.py", "print(6*7)")
+        ...     sb.run("cd /work && python3 main.py").stdout
+        '42\\n'
 
-    def ready() -> None:
-        if not fut.done():
-            fut.set_result(None)
+        Args:
+            memory_mb, pids, cpus, network, mounts, caps: the sandbox's, as for
+                :meth:`run`; for the session's whole life.
+            timeout_ms: the deadline of each run in it that gives none.
+            ttl_s: end the session this many seconds after it began (default: never).
+            idle_s: end it this many seconds after its last run or file verb ended
+                (default: the daemon's, 600 s).
 
-    if writable:
-        loop.add_writer(fd, ready)
-    else:
-        loop.add_reader(fd, ready)
-    try:
-        await fut
-    finally:
-        if writable:
-            loop.remove_writer(fd)
-        else:
-            loop.remove_reader(fd)
+        Raises:
+            InvalidRequest, DaemonNotRunning, SandboxBusy, SandboxError: as :meth:`run`
+                (a session counts as one sandbox against the daemon's ``--max-sandboxes``).
+        """
+        request = build_create_request(memory_mb=memory_mb, pids=pids, cpus=cpus, network=network, mounts=mounts,
+                                       caps=caps, timeout_ms=timeout_ms, ttl_s=ttl_s, idle_s=idle_s)
+        reply = self._exchange("object", encode_request("create", request), None, self._verb_budget())
+        return Sandbox(self, _session_of(reply), limits=_limits_of(reply), timeout_ms=timeout_ms)
+
+    @_ClientMethod
+    def connect(self, sandbox_id: str) -> Sandbox:
+        """The session ``sandbox_id`` (made by this or another process), as a
+        :class:`forkbox.Sandbox`. Nothing is sent: a session that has ended raises
+        :class:`forkbox.SandboxClosed` at its first call."""
+        return Sandbox(self, session_id(sandbox_id))
+
+    @_ClientMethod
+    def sandboxes(self) -> List[SandboxInfo]:
+        """The caller's sessions on this daemon (the ``list`` verb), each a
+        :class:`forkbox.SandboxInfo`."""
+        found: List[SandboxInfo] = self._exchange("sessions", encode_request("list", {}), None, self._verb_budget())
+        return found
 
 
 class AsyncForkbox(_ClientBase):
@@ -424,91 +423,37 @@ class AsyncForkbox(_ClientBase):
             sock.close()
             raise
 
-    async def _exchange(self, verb: str, first: bytes, stdin: Optional[bytes], budget: Optional[float]) -> Any:
-        start = time.monotonic()
-        deadline = None if budget is None else start + budget
-        attempt = 0
-        while True:
-            try:
-                if deadline is None:
-                    return await self._exchange_once(verb, first, stdin, None)
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise self._timeout_error(budget or 0.0)
-                try:
-                    return await asyncio.wait_for(self._exchange_once(verb, first, stdin, deadline), left)
-                except asyncio.TimeoutError:
-                    raise self._timeout_error(budget or 0.0) from None
-            except SandboxBusy:
-                waited = time.monotonic() - start
-                pause = _backoff(attempt)
-                attempt += 1
-                if waited + pause > self.busy_retry_s or (deadline is not None and time.monotonic() + pause > deadline):
-                    raise
-                await asyncio.sleep(pause)
-
-    async def _send_all(self, sock: socket.socket, messages: Sequence[bytes]) -> None:
-        loop = asyncio.get_running_loop()
-        fd = sock.fileno()
-        for msg in messages:
-            while True:
-                try:
-                    sock.send(msg, _MSG_NOSIGNAL)
-                    break
-                except BlockingIOError:
-                    await _wait_fd(loop, fd, True)
-                except (BrokenPipeError, ConnectionResetError):
-                    return  # the daemon stopped reading: its reply tells why
-                except OSError as e:
-                    if e.errno == errno.EMSGSIZE:
-                        raise InvalidRequest(f"request too large for one message ({len(msg)} bytes)") from None
-                    raise SandboxError(f"send to {self.socket_path}: {e}") from None
-
-    async def _exchange_once(self, verb: str, first: bytes, stdin: Optional[bytes], deadline: Optional[float]) -> Any:
-        loop = asyncio.get_running_loop()
+    async def _open(self, deadline: Optional[float], budget: Optional[float]) -> AsyncChannel:
+        """A channel on a new connection, bounded by ``deadline``."""
         sock = await self._connect(deadline)
-        sender: "Optional[asyncio.Task[None]]" = None
-        try:
-            messages = [first]
-            if stdin is not None:
-                messages.extend(stdin_messages(stdin))
-            # The request goes first, alone: an error in it must not be hidden by a task.
-            await self._send_all(sock, messages[:1])
-            if len(messages) > 1:
-                sender = asyncio.ensure_future(self._send_all(sock, messages[1:]))
-            ex = Exchange(verb)
-            fd = sock.fileno()
-            resets = 0
-            while True:
-                if sender is not None and sender.done():
-                    sender.result()  # re-raise a send failure
-                    sender = None
-                try:
-                    data, _, flags, _ = sock.recvmsg(RECV_BUFFER)
-                except BlockingIOError:
-                    await _wait_fd(loop, fd, False)
+        return AsyncChannel(sock, self.socket_path, deadline, **self._channel_errors(budget))
+
+    async def _exchange(self, kind: str, first: bytes, stdin: Optional[bytes], budget: Optional[float],
+                        **exchange: Any) -> Any:
+        """One request and its answer: the coroutine of :meth:`Forkbox._exchange`."""
+        deadline = self._deadline(budget)
+        retry = BusyRetry(self.busy_retry_s, deadline)
+        while True:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise self._timeout_error(budget or 0.0)
+            ex = Exchange(kind, **exchange)
+            ch = await self._open(deadline, budget)
+            try:
+                ch.queue([first])
+                if stdin is not None:
+                    ch.queue(stdin_messages(stdin))
+                while True:
+                    msg = await ch.recv()
+                    if msg is not None and ex.feed(msg):
+                        break
+            finally:
+                ch.close()
+            if ex.busy and not ex.data_received:
+                pause = retry.pause()
+                if pause is not None:
+                    await asyncio.sleep(pause)
                     continue
-                except ConnectionResetError:
-                    resets += 1
-                    if resets > 2:
-                        raise self._closed_error() from None
-                    continue
-                except OSError as e:
-                    raise SandboxError(f"receive from {self.socket_path}: {e}") from None
-                if flags & _MSG_TRUNC:
-                    raise ProtocolError(f"daemon sent a message larger than {RECV_BUFFER} bytes")
-                if not data:
-                    raise self._closed_error()
-                if ex.feed(data):
-                    return ex.result()
-        finally:
-            if sender is not None and not sender.done():
-                sender.cancel()
-                try:
-                    await sender
-                except BaseException:
-                    pass
-            sock.close()
+            return ex.result()
 
     @_ClientMethod
     async def run(
@@ -542,3 +487,76 @@ class AsyncForkbox(_ClientBase):
         """The daemon's facts and counters: the coroutine of :meth:`Forkbox.info`."""
         info: Dict[str, Any] = await self._exchange("info", encode_info(), None, self._info_budget())
         return info
+
+    @_ClientMethod
+    def create(
+        self,
+        *,
+        memory_mb: Optional[int] = None,
+        pids: Optional[int] = None,
+        cpus: Optional[float] = None,
+        network: bool = False,
+        mounts: Optional[Sequence[MountSpec]] = None,
+        caps: Optional[Sequence[str]] = None,
+        timeout_ms: Optional[int] = None,
+        ttl_s: Optional[int] = None,
+        idle_s: Optional[int] = None,
+    ) -> "_Creating":
+        """Make a session, as :meth:`Forkbox.create`, giving an :class:`forkbox.AsyncSandbox`.
+
+        Either awaited (``sb = await client.create()``) or entered
+        (``async with AsyncForkbox.create() as sb:``, which closes it at the end of the
+        block). The arguments are checked when this is called.
+        """
+        request = build_create_request(memory_mb=memory_mb, pids=pids, cpus=cpus, network=network, mounts=mounts,
+                                       caps=caps, timeout_ms=timeout_ms, ttl_s=ttl_s, idle_s=idle_s)
+        return _Creating(self._create(request, timeout_ms))
+
+    async def _create(self, request: Dict[str, Any], timeout_ms: Optional[int]) -> AsyncSandbox:
+        reply = await self._exchange("object", encode_request("create", request), None, self._verb_budget())
+        return AsyncSandbox(self, _session_of(reply), limits=_limits_of(reply), timeout_ms=timeout_ms)
+
+    @_ClientMethod
+    def connect(self, sandbox_id: str) -> AsyncSandbox:
+        """The session ``sandbox_id`` as an :class:`forkbox.AsyncSandbox`, as
+        :meth:`Forkbox.connect` (not a coroutine: nothing is sent)."""
+        return AsyncSandbox(self, session_id(sandbox_id))
+
+    @_ClientMethod
+    async def sandboxes(self) -> List[SandboxInfo]:
+        """The caller's sessions: the coroutine of :meth:`Forkbox.sandboxes`."""
+        found: List[SandboxInfo] = await self._exchange("sessions", encode_request("list", {}), None,
+                                                        self._verb_budget())
+        return found
+
+
+class _Creating:
+    """A session being made by :meth:`AsyncForkbox.create`: await it for the
+    :class:`forkbox.AsyncSandbox`, or ``async with`` it to close the session at the end."""
+
+    def __init__(self, making: "Awaitable[AsyncSandbox]") -> None:
+        self._making = making
+        self._sandbox: Optional[AsyncSandbox] = None
+
+    def __await__(self) -> Generator[Any, None, AsyncSandbox]:
+        return self._making.__await__()
+
+    async def __aenter__(self) -> AsyncSandbox:
+        self._sandbox = await self._making
+        return self._sandbox
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._sandbox is not None:
+            await self._sandbox.close()
+
+
+def _session_of(reply: Any) -> str:
+    sid = reply.get("session") if isinstance(reply, dict) else None
+    if not isinstance(sid, str) or not sid:
+        raise ProtocolError(f"daemon sent a create result without a session id: {reply!r}")
+    return sid
+
+
+def _limits_of(reply: Any) -> Optional[Dict[str, str]]:
+    limits = reply.get("limits") if isinstance(reply, dict) else None
+    return {str(k): str(v) for k, v in limits.items()} if isinstance(limits, dict) else None

@@ -5,7 +5,9 @@ Every exception the SDK raises on purpose is a :class:`ForkboxError`. A command 
 found) is never an exception: it is a :class:`forkbox.RunResult`.
 """
 
-from typing import Optional
+import errno as _errno
+import os
+from typing import Dict, Optional, Type
 
 __all__ = [
     "ForkboxError",
@@ -13,7 +15,18 @@ __all__ = [
     "InvalidRequest",
     "SandboxError",
     "SandboxBusy",
+    "SandboxClosed",
     "ProtocolError",
+    "WaitTimeout",
+    "FileError",
+    "SandboxFileNotFoundError",
+    "SandboxFileExistsError",
+    "SandboxIsADirectoryError",
+    "SandboxNotADirectoryError",
+    "SandboxPermissionError",
+    "SandboxFileTimeoutError",
+    "file_error_class",
+    "error_from_reply",
 ]
 
 
@@ -71,8 +84,119 @@ class ProtocolError(SandboxError):
     truncated message). A subclass of :class:`SandboxError`."""
 
 
-def error_from_reply(obj: object) -> ForkboxError:
-    """Map the JSON object of a daemon's ``!`` reply to the matching exception."""
+class SandboxClosed(SandboxError):
+    """The session is gone (``no_such_sandbox``): closed, expired (its ``ttl_s`` or
+    ``idle_s``), its init died, the daemon restarted, or it never was. Raised by every call
+    on a :class:`forkbox.Sandbox` that has ended, without a hang.
+
+    Attributes:
+        sandbox_id: the session's id, when known.
+        reason: why it ended, as the daemon said (``"closed by its client"``, ``"expired
+            (its ttl of 600 s)"``, ``"idle for 600 s"``, ...), or ``None`` when it gave none.
+    """
+
+    def __init__(self, message: str, *, code: Optional[str] = None, sandbox_id: Optional[str] = None,
+                 reason: Optional[str] = None) -> None:
+        super().__init__(message, code=code)
+        self.sandbox_id: Optional[str] = sandbox_id
+        self.reason: Optional[str] = reason
+
+
+class WaitTimeout(ForkboxError, TimeoutError):
+    """:meth:`forkbox.Process.wait` gave up after its ``timeout``; the process goes on (it
+    is also a built-in :class:`TimeoutError`)."""
+
+    def __init__(self, message: str) -> None:
+        ForkboxError.__init__(self, message)
+
+    __str__ = ForkboxError.__str__
+
+
+class FileError(ForkboxError, OSError):
+    """A file verb failed inside the sandbox (``file_error``).
+
+    Also an :class:`OSError`: the subclass raised is the one Python raises for the same
+    ``errno`` (``except FileNotFoundError`` works), see :func:`file_error_class`.
+
+    Attributes:
+        errno: the error's number inside the sandbox (``errno.ENOENT``, ...).
+        strerror: its text (``os.strerror``).
+        filename: the sandbox path the verb was given.
+        message: the daemon's message (``"/path: what: why"``).
+    """
+
+    def __init__(self, message: str, *, errno: int, filename: Optional[str] = None,
+                 code: Optional[str] = "file_error") -> None:
+        OSError.__init__(self, errno, os.strerror(errno), filename)
+        self.message: str = message
+        self.code: Optional[str] = code
+
+    __str__ = ForkboxError.__str__
+
+
+class SandboxFileNotFoundError(FileError, FileNotFoundError):
+    """``ENOENT`` inside the sandbox: a :class:`FileError` and a :class:`FileNotFoundError`."""
+
+
+class SandboxFileExistsError(FileError, FileExistsError):
+    """``EEXIST`` inside the sandbox: a :class:`FileError` and a :class:`FileExistsError`."""
+
+
+class SandboxIsADirectoryError(FileError, IsADirectoryError):
+    """``EISDIR`` inside the sandbox: a :class:`FileError` and an :class:`IsADirectoryError`."""
+
+
+class SandboxNotADirectoryError(FileError, NotADirectoryError):
+    """``ENOTDIR`` inside the sandbox: a :class:`FileError` and a :class:`NotADirectoryError`."""
+
+
+class SandboxPermissionError(FileError, PermissionError):
+    """``EACCES``/``EPERM`` inside the sandbox: a :class:`FileError` and a
+    :class:`PermissionError`."""
+
+
+class SandboxFileTimeoutError(FileError, TimeoutError):
+    """``ETIMEDOUT``: the verb took longer than the daemon allows (60 s); a
+    :class:`FileError` and a :class:`TimeoutError`."""
+
+
+_FILE_ERRORS: Dict[int, Type[FileError]] = {
+    _errno.ENOENT: SandboxFileNotFoundError,
+    _errno.EEXIST: SandboxFileExistsError,
+    _errno.EISDIR: SandboxIsADirectoryError,
+    _errno.ENOTDIR: SandboxNotADirectoryError,
+    _errno.EACCES: SandboxPermissionError,
+    _errno.EPERM: SandboxPermissionError,
+    _errno.ETIMEDOUT: SandboxFileTimeoutError,
+}
+
+
+def file_error_class(number: int) -> Type[FileError]:
+    """The :class:`FileError` subclass for an errno: the one matching Python's own
+    ``OSError`` subclass for it, else :class:`FileError` itself."""
+    return _FILE_ERRORS.get(number, FileError)
+
+
+_ENDED = "has ended: "
+
+
+def _closed_error(message: str, code: Optional[str], sandbox_id: Optional[str]) -> SandboxClosed:
+    # The daemon's messages: "the sandbox sb-... has ended: <why>", "no sandbox "sb-..." here".
+    reason = message.split(_ENDED, 1)[1] if _ENDED in message else None
+    if sandbox_id is None:
+        for word in message.replace('"', " ").split():
+            if word.startswith("sb-"):
+                sandbox_id = word.rstrip(":.,")
+                break
+    return SandboxClosed(message, code=code, sandbox_id=sandbox_id, reason=reason)
+
+
+def error_from_reply(obj: object, *, path: Optional[str] = None, sandbox_id: Optional[str] = None) -> ForkboxError:
+    """Map the JSON object of a daemon's ``!`` reply to the matching exception.
+
+    ``path`` is the sandbox path of a file verb (the ``filename`` of a :class:`FileError`),
+    ``sandbox_id`` the session the request named.
+    """
     if not isinstance(obj, dict):
         return ProtocolError(f"daemon sent a malformed error reply: {obj!r}")
     code = obj.get("error")
@@ -84,5 +208,14 @@ def error_from_reply(obj: object) -> ForkboxError:
         return InvalidRequest(message, code=code_s)
     if code == "busy":
         return SandboxBusy(message, code=code_s)
+    if code == "no_such_sandbox":
+        return _closed_error(message, code_s, sandbox_id)
+    if code == "file_error":
+        number = obj.get("errno")
+        if not isinstance(number, int) or isinstance(number, bool) or number <= 0:
+            return ProtocolError(f"daemon sent a file_error without a positive errno: {obj!r}")
+        if path is None and message.startswith("/") and ": " in message:
+            path = message.split(": ", 1)[0]  # "/path: what: why"
+        return file_error_class(number)(message, errno=number, filename=path, code=code_s)
     # sandbox_error, and any code a newer daemon may add.
     return SandboxError(message, code=code_s)

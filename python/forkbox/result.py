@@ -1,11 +1,12 @@
-"""The result of a sandboxed run."""
+"""What calls return: the result of a run, output chunks, directory entries, diff entries,
+session listings."""
 
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional
 
 from .errors import ProtocolError
 
-__all__ = ["RunResult"]
+__all__ = ["RunResult", "OutputChunk", "FileInfo", "Change", "SandboxInfo"]
 
 _REPR_TEXT = 60  # characters of each stream shown by repr()
 
@@ -157,5 +158,187 @@ class RunResult:
             peak_memory_bytes=opt_int("peak_memory_bytes"),
             limits=limits,
             exec_error=exec_error if isinstance(exec_error, str) else None,
+            raw=dict(obj),
+        )
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """A piece of a command's output, as it arrived (:meth:`forkbox.Sandbox.stream`).
+
+    Attributes:
+        stream: ``"stdout"`` or ``"stderr"``.
+        data: the bytes (at most 64 KiB per chunk).
+    """
+
+    stream: str
+    data: bytes
+
+    @property
+    def text(self) -> str:
+        """:attr:`data` decoded as UTF-8 with ``errors="replace"`` (a chunk may end inside
+        a character: join the bytes first when that matters)."""
+        return self.data.decode("utf-8", errors="replace")
+
+
+def _str_field(obj: Mapping[str, Any], key: str, what: str) -> str:
+    v = obj.get(key)
+    if not isinstance(v, str):
+        raise ProtocolError(f"daemon sent {what} whose {key!r} is not a str: {dict(obj)!r}")
+    return v
+
+
+def _opt_number(obj: Mapping[str, Any], key: str) -> Optional[float]:
+    v = obj.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _opt_int(obj: Mapping[str, Any], key: str) -> Optional[int]:
+    v = obj.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """An entry of a directory in a sandbox (:meth:`forkbox.Sandbox.list`).
+
+    Attributes:
+        name: the entry's name.
+        path: its absolute path in the sandbox (the listed directory + name).
+        type: ``"file"``, ``"dir"``, ``"symlink"`` or ``"other"`` (a symlink is not followed).
+        size: its size in bytes (a symlink's: its target's length).
+        mode: its permission bits (``0o644``, ...).
+        mtime: its modification time, seconds since the epoch.
+    """
+
+    name: str
+    path: str
+    type: str
+    size: int
+    mode: int
+    mtime: float
+
+    @property
+    def is_dir(self) -> bool:
+        """True for a directory."""
+        return self.type == "dir"
+
+    @property
+    def is_file(self) -> bool:
+        """True for a regular file."""
+        return self.type == "file"
+
+    @classmethod
+    def from_reply(cls, obj: Any, directory: str) -> "FileInfo":
+        """One entry of a ``list`` reply.
+
+        Raises:
+            ProtocolError: it is not an entry object.
+        """
+        if not isinstance(obj, Mapping):
+            raise ProtocolError(f"daemon sent a directory entry that is not an object: {obj!r}")
+        name = _str_field(obj, "name", "a directory entry")
+        base = directory.rstrip("/")
+        return cls(
+            name=name,
+            path=f"{base}/{name}",
+            type=_str_field(obj, "type", "a directory entry"),
+            size=_opt_int(obj, "size") or 0,
+            mode=_opt_int(obj, "mode") or 0,
+            mtime=_opt_number(obj, "mtime") or 0.0,
+        )
+
+
+@dataclass(frozen=True)
+class Change:
+    """A path that differs from the sandbox's starting state (:meth:`forkbox.Sandbox.diff`).
+
+    Attributes:
+        path: the absolute path in the sandbox.
+        change: ``"created"``, ``"modified"`` or ``"deleted"``.
+        type: ``"file"``, ``"dir"``, ``"symlink"`` or ``"other"``.
+        size: its size now (0 for a deleted path).
+    """
+
+    path: str
+    change: str
+    type: str
+    size: int
+
+    @classmethod
+    def from_reply(cls, obj: Any) -> "Change":
+        """One entry of a ``diff`` reply.
+
+        Raises:
+            ProtocolError: it is not a change object.
+        """
+        if not isinstance(obj, Mapping):
+            raise ProtocolError(f"daemon sent a diff entry that is not an object: {obj!r}")
+        kind = obj.get("type")
+        return cls(
+            path=_str_field(obj, "path", "a diff entry"),
+            change=_str_field(obj, "change", "a diff entry"),
+            type=kind if isinstance(kind, str) else "other",
+            size=_opt_int(obj, "size") or 0,
+        )
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """A session as the daemon lists it (:meth:`forkbox.Forkbox.sandboxes`).
+
+    Attributes:
+        id: the session's id (``"sb-<16 hex>"``); :meth:`forkbox.Forkbox.connect` takes it.
+        parent: the session it was forked from, or ``None``.
+        age_s: seconds since it began.
+        idle_s: seconds since its last run or file verb ended.
+        ttl_s: its ttl in seconds, or ``None`` (no ttl).
+        idle_timeout_s: the idle time after which it ends, or ``None``.
+        running: runs going on in it now.
+        served: runs and verbs it has served.
+        paused: it is paused (:meth:`forkbox.Sandbox.pause`).
+        memory_mb: its memory limit, or ``None``.
+        pids: its pids limit, or ``None``.
+        network: it shares the host's network.
+        raw: the daemon's object as received (for fields newer than this SDK).
+    """
+
+    id: str
+    parent: Optional[str] = None
+    age_s: float = 0.0
+    idle_s: float = 0.0
+    ttl_s: Optional[float] = None
+    idle_timeout_s: Optional[float] = None
+    running: int = 0
+    served: int = 0
+    paused: bool = False
+    memory_mb: Optional[int] = None
+    pids: Optional[int] = None
+    network: bool = False
+    raw: Dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_reply(cls, obj: Any) -> "SandboxInfo":
+        """One entry of a ``list`` reply.
+
+        Raises:
+            ProtocolError: it is not a session object.
+        """
+        if not isinstance(obj, Mapping):
+            raise ProtocolError(f"daemon sent a session entry that is not an object: {obj!r}")
+        parent = obj.get("parent")
+        return cls(
+            id=_str_field(obj, "id", "a session entry"),
+            parent=parent if isinstance(parent, str) else None,
+            age_s=_opt_number(obj, "age_s") or 0.0,
+            idle_s=_opt_number(obj, "idle_s") or 0.0,
+            ttl_s=_opt_number(obj, "ttl_s"),
+            idle_timeout_s=_opt_number(obj, "idle_timeout_s"),
+            running=_opt_int(obj, "running") or 0,
+            served=_opt_int(obj, "served") or 0,
+            paused=obj.get("paused") is True,
+            memory_mb=_opt_int(obj, "memory_mb"),
+            pids=_opt_int(obj, "pids"),
+            network=obj.get("network") is True,
             raw=dict(obj),
         )

@@ -17,6 +17,10 @@ DEFAULT_BINARY = os.path.normpath(os.path.join(PYTHON_DIR, os.pardir, "build", "
 RECV = 128 * 1024
 SYSTEM_PYTHON = "/usr/bin/python3"
 
+# Generous bounds that only keep a broken daemon from hanging the suite.
+HANG_GUARD_S = 600
+CLIENT_TIMEOUT_S = 180.0
+
 ROOTLESS_USER = "fbrootless"
 ROOTLESS_UID = 23456
 
@@ -280,6 +284,8 @@ def leak_differences(before: Dict[str, Any], after: Dict[str, Any]) -> List[str]
     bi, ai = before["info"], after["info"]
     if ai.get("live") != 0:
         out.append(f"live {ai.get('live')}")
+    if ai.get("sessions", 0) != 0:
+        out.append(f"sessions {ai.get('sessions')}")
     for key in ("open_fds",):
         if ai.get(key) != bi.get(key):
             out.append(f"info {key} {bi.get(key)} -> {ai.get(key)}")
@@ -296,6 +302,30 @@ def leak_differences(before: Dict[str, Any], after: Dict[str, Any]) -> List[str]
         out.append(f"the service's cgroups {len(before['cgroups'])} -> {len(after['cgroups'])}: "
                    f"{sorted(after['cgroups'] - before['cgroups'])[:10]}")
     return out
+
+
+def idle_snapshot(sock: str, daemon_pid: int, like: Optional[Dict[str, Any]] = None,
+                  timeout: float = 30.0) -> Dict[str, Any]:
+    """What the daemon holds once idle (no live sandbox or session, no build going on, and
+    the same in two looks in a row: a look can catch an fd in passing on a loaded host);
+    with ``like``, waits (up to ``timeout``) until it holds the same as then: a leak never
+    gets there, a slow pool refill does."""
+    until = time.monotonic() + timeout
+    last: Optional[Dict[str, Any]] = None
+    while True:
+        snap = host_snapshot(raw_info(sock) or {}, daemon_pid)
+        info = snap["info"]
+        pool = info.get("pool") or {}
+        idle = (info.get("live") == 0 and info.get("sessions", 0) == 0 and pool.get("building", 0) == 0
+                and info.get("exiting", 0) == 0)
+        if idle and like is not None:
+            idle = not leak_differences(like, snap)
+        elif idle:
+            idle = last is not None and not leak_differences(last, snap)
+        if idle or time.monotonic() > until:
+            return snap
+        last = snap
+        time.sleep(0.1)
 
 
 def host_pids() -> int:

@@ -14,18 +14,14 @@ import socket
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator, Optional
 
 import pytest
 
 from fbtest_helpers import (
+    CLIENT_TIMEOUT_S,
     ESCAPE_SCRIPT,
-    DaemonProc,
-    binary_under_test,
-    copy_binary,
-    describe_answer,
     escape_mismatches,
-    host_snapshot,
+    idle_snapshot,
     leak_differences,
     host_pids,
     make_tmp,
@@ -39,78 +35,7 @@ from fbtest_helpers import (
 from forkbox import AsyncForkbox, DaemonNotRunning, Forkbox
 import forkbox._daemon
 
-pytestmark = pytest.mark.integration
-
-# Generous bounds that only keep a broken daemon from hanging the suite.
-HANG_GUARD_S = 600
-CLIENT_TIMEOUT_S = 180.0
-
-
-@pytest.fixture(autouse=True)
-def hang_guard() -> Iterator[None]:
-    """Fail (not hang) a test that blocks for more than HANG_GUARD_S."""
-
-    def fire(signum, frame):
-        raise TimeoutError(f"test still running after {HANG_GUARD_S} s")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(HANG_GUARD_S)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
-@pytest.fixture(scope="session")
-def daemon() -> Iterator[DaemonProc]:
-    src = binary_under_test()
-    if not os.access(src, os.X_OK):
-        pytest.skip(f"no forkbox binary at {src} (make, or set FORKBOX_BIN)")
-    tmp = make_tmp("fbit-")
-    d = None
-    try:
-        binary = copy_binary(src, tmp)
-        d = DaemonProc(binary, os.path.join(tmp, "forkbox.sock"), os.path.join(tmp, "daemon.log"))
-        d.start()
-        info = d.wait_ready()
-        if info is None or info.get("protocol") != 1:
-            answer = describe_answer(d.sock) if d.proc and d.proc.poll() is None else "the daemon exited"
-            pytest.skip(f"{src} daemon --socket X does not answer sandbox/1 info ({answer}; log: {d.log_tail(300)!r})")
-        yield d
-    finally:
-        if d is not None:
-            d.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-@pytest.fixture
-def fresh_daemon(daemon: DaemonProc, request: pytest.FixtureRequest) -> Iterator[DaemonProc]:
-    """A daemon of its own (same binary), whose pools no other test has shaped; extra
-    daemon arguments from the test's parameter."""
-    tmp = make_tmp("fbfr-")
-    args = list(getattr(request, "param", ()) or ())
-    d = DaemonProc(daemon.binary, os.path.join(tmp, "forkbox.sock"), os.path.join(tmp, "daemon.log"), args=args)
-    try:
-        d.start()
-        assert d.wait_ready() is not None, d.log_tail()
-        yield d
-    finally:
-        d.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-@pytest.fixture
-def fb(daemon: DaemonProc) -> Forkbox:
-    return Forkbox(socket=daemon.sock, request_timeout_s=CLIENT_TIMEOUT_S)
-
-
-@pytest.fixture
-def default_socket(daemon: DaemonProc, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Class-level calls (``Forkbox.run``) reach the fixture's daemon through FORKBOX_SOCKET."""
-    monkeypatch.setenv("FORKBOX_SOCKET", daemon.sock)
-    monkeypatch.delenv("FORKBOX_NO_AUTOSTART", raising=False)
-    return daemon.sock
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("hang_guard")]
 
 
 def unique() -> str:
@@ -466,22 +391,6 @@ def test_async_stdin_and_streams(daemon):
         return await c.run(argv=["/bin/cat"], stdin=bytes(range(256)) * 1000)
 
     assert asyncio.run(main()).stdout_bytes == bytes(range(256)) * 1000
-
-
-def idle_snapshot(sock: str, daemon_pid: int, like: Optional[dict] = None, timeout: float = 30.0) -> dict:
-    """What the daemon holds once idle (no live sandbox, no build going on); with ``like``,
-    waits (up to ``timeout``) until it holds the same as then: a leak never gets there, a
-    slow pool refill does."""
-    until = time.monotonic() + timeout
-    while True:
-        snap = host_snapshot(raw_info(sock) or {}, daemon_pid)
-        pool = snap["info"].get("pool") or {}
-        idle = snap["info"].get("live") == 0 and pool.get("building", 0) == 0 and snap["info"].get("exiting", 0) == 0
-        if idle and like is not None:
-            idle = not leak_differences(like, snap)
-        if idle or time.monotonic() > until:
-            return snap
-        time.sleep(0.1)
 
 
 # With the default pool and without one: a pool never holds more than --sandbox-pool.

@@ -321,3 +321,124 @@ def test_rootless_autostart_on_the_default_socket(user):
     assert wait_gone(main, 15)
     left = [p for p in pids if not wait_gone(p, 10)]
     assert not left, f"processes of the autostarted daemon left after its SIGTERM: {left}"
+
+
+# Sessions as the user -----------------------------------------------------------------------
+
+
+def test_rootless_session_state_and_files(user):
+    mark = f"fbmark-{uuid.uuid4().hex}"
+    hosts_before = (open("/etc/hosts", "rb").read(), os.stat("/etc/hosts").st_mtime_ns)
+    out = user.python(f"""
+        import hashlib, os
+        from forkbox import FileError, InvalidRequest, SandboxClosed
+        data = b"\\x00\\xff\\x00" + bytes(range(256)) * 64 + b"\\xff\\x00"
+        big = os.urandom(5 << 20)
+        with Forkbox.create(ttl_s=600) as sb:
+            emit({{"id": sb.id, "limits": sb.limits}})
+            sb.run("mkdir -p /work && echo 42 > /work/answer")
+            emit({{"persist": sb.run("cat /work/answer; id -u").stdout}})
+            sb.write_file("/work/bin", data)
+            sb.write_file("/work/big", big)
+            emit({{"bin": sb.read_file("/work/bin") == data, "big": sb.read_file("/work/big") == big,
+                   "sha": sb.run("sha256sum /work/big").stdout.split()[0] == hashlib.sha256(big).hexdigest()}})
+            sb.mkdir("/work/d/e")
+            names = [e.name for e in sb.list("/work") if e.name in ("answer", "bin", "big", "d")]
+            sb.remove("/work/d", recursive=True)
+            try:
+                sb.read_file("/work/d/e")
+                missing = None
+            except FileNotFoundError as e:
+                missing = [e.errno, e.filename, isinstance(e, FileError)]
+            try:
+                sb.read_file("/work/../etc/passwd")
+                dotdot = None
+            except InvalidRequest as e:
+                dotdot = str(e)
+            emit({{"names": names, "missing": missing, "dotdot": dotdot}})
+            # A symlink out resolves inside: the write lands in the sandbox's /etc.
+            sb.run("ln -s /../../../etc /work/esc")
+            sb.write_file("/work/esc/{mark}", b"inside")
+            try:
+                sb.write_file("/work/esc/hosts", b"127.0.0.1 through-a-symlink\\n")
+                hosts = "written"
+            except PermissionError:
+                hosts = "refused"  # the host's root-owned /etc/hosts, read-only to this user
+            emit({{"esc": sb.run("cat /etc/{mark}").stdout, "hosts": hosts,
+                   "diff": sorted(c.path for c in sb.diff())}})
+        emit({{"closed": sb.closed, "listed": [i.id for i in Forkbox.sandboxes()],
+               "sessions": Forkbox().info().get("sessions")}})
+    """)
+    facts = {k: v for d in out for k, v in d.items()}
+    assert facts["persist"] == "42\n0\n", facts
+    assert facts["bin"] and facts["big"] and facts["sha"], facts
+    assert facts["names"] == ["answer", "big", "bin", "d"], facts
+    assert facts["missing"] == [2, "/work/d/e", True], facts
+    assert facts["dotdot"] and ".." in facts["dotdot"], facts
+    assert facts["esc"] == "inside" and f"/etc/{mark}" in facts["diff"], facts
+    assert not os.path.exists(f"/etc/{mark}")
+    assert (open("/etc/hosts", "rb").read(), os.stat("/etc/hosts").st_mtime_ns) == hosts_before
+    assert facts["closed"] and facts["id"] not in facts["listed"] and facts["sessions"] == 0, facts
+
+
+def test_rootless_fork(user):
+    out = user.python("""
+        with Forkbox.create(ttl_s=600) as sb:
+            sb.write_file("/work/state", b"parent")
+            sb.run("sleep 1000 &")
+            kids = sb.fork(3)
+            for i, k in enumerate(kids):
+                k.write_file("/work/state", f"child {i}")
+            emit({"kids": [k.read_file("/work/state").decode() for k in kids],
+                  "diffs": [[(c.path, c.change) for c in k.diff()] for k in kids],
+                  "procs": [k.run("pgrep -x sleep || echo none").stdout for k in kids],
+                  "parent": sb.read_file("/work/state").decode(),
+                  "parent_procs": sb.run("pgrep -x sleep >/dev/null && echo kept").stdout})
+            (deep,) = kids[0].fork()
+            for depth in range(2, 9):
+                (deep,) = deep.fork()
+                deep.run(f"echo {depth} > /tmp/level")
+            emit({"deep": deep.read_file("/tmp/level").decode(), "deep_state": deep.read_file("/work/state").decode()})
+            for k in kids:
+                k.close()
+        emit({"sessions": [i.id for i in Forkbox.sandboxes() if i.parent is None]})
+    """)
+    facts = {k: v for d in out for k, v in d.items()}
+    assert facts["kids"] == ["child 0", "child 1", "child 2"], facts
+    assert facts["diffs"] == [[["/work/state", "modified"]]] * 3, facts
+    assert facts["procs"] == ["none\n"] * 3 and facts["parent_procs"] == "kept\n", facts
+    assert facts["parent"] == "parent", facts
+    assert facts["deep"] == "8\n" and facts["deep_state"] == "child 0", facts
+    assert facts["sessions"] == [], facts
+
+
+def test_rootless_session_expiry_and_close_release(user, fresh_user_daemon):
+    d = fresh_user_daemon
+    env = {"FORKBOX_SOCKET": d.sock}
+    user.python(SETTLE + 'settled(); Forkbox.run("true")', env=env)
+    before_info = user.python(SETTLE + "emit(settled())", env=env)[-1]
+    out = user.python(SETTLE + textwrap.dedent(f"""
+        from forkbox import SandboxClosed
+        sb = Forkbox.create(ttl_s=1)
+        sb.run("sleep 1000 &")
+        until = time.monotonic() + 15
+        while sb.id in [i.id for i in Forkbox.sandboxes()] and time.monotonic() < until:
+            time.sleep(0.1)
+        try:
+            sb.run("true")
+            emit({{"expired": None}})
+        except SandboxClosed as e:
+            emit({{"expired": e.reason}})
+        for _ in range(20):
+            s = Forkbox.create()
+            s.run("sleep 1000 &")
+            s.fork(2)[1].close()
+            s.close()
+        for i in Forkbox.sandboxes():
+            Forkbox.connect(i.id).close()
+        emit(settled(json.loads({json.dumps(before_info)!r})))
+    """), env=env)
+    expired, after_info = out[0]["expired"], out[-1]
+    assert expired and "ttl" in expired, out
+    assert after_info.get("sessions") == 0 and after_info.get("live") == 0, after_info
+    assert after_info.get("open_fds") == before_info.get("open_fds"), (before_info, after_info)

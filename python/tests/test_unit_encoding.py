@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from forkbox import InvalidRequest, ProtocolError, RunResult, SandboxBusy, SandboxError
+from forkbox import InvalidRequest, ProtocolError, RunResult, SandboxBusy, SandboxClosed, SandboxError
 from forkbox._protocol import Exchange, build_run_request, encode_info, encode_run, stdin_messages
 from forkbox.errors import ForkboxError, error_from_reply
 
@@ -207,7 +207,7 @@ def test_result_equality_ignores_raw():
 @pytest.mark.parametrize(
     "code,cls",
     [("invalid_request", InvalidRequest), ("sandbox_error", SandboxError), ("busy", SandboxBusy),
-     ("something_new", SandboxError)],
+     ("no_such_sandbox", SandboxClosed), ("something_new", SandboxError)],
 )
 def test_error_mapping(code, cls):
     e = error_from_reply({"error": code, "message": "the daemon's words"})
