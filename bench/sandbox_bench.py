@@ -10,6 +10,9 @@ Sections (--sections, comma-separated):
               then the C client's own loop of back-to-back requests (in-process latency).
   watchdog    runs of a busy loop with timeout_ms: the overshoot past the deadline.
   throughput  2 concurrent clients for T seconds: sandboxes/s, and the daemon's CPU.
+  sessions    alternating: run("true") in a session against one in a fresh sandbox; the warm
+              Python's run of the snippet against bare python3 -c and python3 -c in a fresh
+              sandbox; then fork(1) and fork(8) of sessions that wrote 1 KiB, 1 MiB, 64 MiB.
 Everything is reported against the issue's targets; nothing is asserted (exit 0).
 """
 
@@ -48,7 +51,8 @@ ap.add_argument("--warmup", type=int, default=5)
 ap.add_argument("--watchdog", type=int, default=200, help="watchdog runs")
 ap.add_argument("--timeout-ms", type=int, default=500)
 ap.add_argument("--seconds", type=float, default=10, help="throughput window per client kind")
-ap.add_argument("--sections", default="latency,watchdog,throughput")
+ap.add_argument("--sections", default="latency,watchdog,throughput,sessions")
+ap.add_argument("--fork-n", type=int, default=20, help="timed forks per size and count")
 ap.add_argument("--label", default="root")
 ap.add_argument("--no-settle", dest="settle", action="store_false",
                 help="no wait for an idle daemon with a full pool before each timed run")
@@ -67,12 +71,16 @@ except Exception as e:  # noqa: BLE001 - any failure to import means "not ready"
     client_kind = "inline protocol client (the SDK is not importable: %s: %s)" % (type(e).__name__, e)
 
 
-def raw_exchange(verb, body):
-    """One request by hand: connect, send, receive until the final message."""
+def raw_exchange(verb, body, stdin=None):
+    """One request by hand: connect, send (and stdin's frames), receive until the final message."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         s.connect(args.socket)
         s.send(b"sandbox/1 " + verb.encode() + b"\n" + json.dumps(body).encode())
+        if stdin is not None:
+            for off in range(0, len(stdin), 65536):
+                s.send(b"I" + stdin[off:off + 65536])
+            s.send(b"E")
         out = []
         while True:
             m = s.recv(RECV_BUFFER)
@@ -655,12 +663,104 @@ def throughput():
         print("  the daemon's sandbox builds (info's built, build_ms_mean, build_cpu_ms_mean): " + "; ".join(builds))
 
 
+# --- sessions -------------------------------------------------------------------------------
+
+def sessions():
+    """Sessions through the protocol inline (the SDK's own cost is the latency section's)."""
+    sid = raw_exchange("create", {})["session"]
+    subjects_s = [
+        ("run(\"true\") in a session", "true", lambda: raw_exchange("run", {"session": sid, "argv": ["/bin/sh", "-c", "true"]})),
+        ("run(\"true\"), a fresh sandbox", "true", lambda: raw_exchange("run", {"argv": ["/bin/sh", "-c", "true"]})),
+        ("run_python(snippet), warm", "py", lambda: raw_exchange("run", {"python": SNIPPET})),
+        ("run(\"python3 -c ...\"), fresh", "py", lambda: raw_exchange("run", {"argv": PY_SH})),
+        ("bare python3 -c ...", "py", None),
+    ]
+    samples = {name: [] for name, _, _ in subjects_s}
+    check = {"py": SNIPPET_OUT, "true": b""}
+    for name, group, fn in subjects_s:  # warm-up
+        if fn is not None:
+            fn()
+    rng = random.Random(2)
+    load = Cpu(daemon_pid())
+    full = pool_full()
+    for _ in range(args.n):
+        order = list(subjects_s)
+        rng.shuffle(order)
+        for name, group, fn in order:
+            if args.settle:
+                settle(full)
+            if fn is None:
+                samples[name].append(spawn(["python3", "-c", SNIPPET], SNIPPET_OUT))
+                continue
+            t0 = perf()
+            r = fn()
+            t1 = perf()
+            if r.get("exit_code") != 0 or r["stdout"] != check[group]:
+                notes.append("%s: exit %s, printed %r" % (name, r.get("exit_code"), r["stdout"][:80]))
+                continue
+            samples[name].append(t1 - t0)
+    load = load.stop().report()
+    print()
+    print("sessions (%s): %d iterations, subjects in a new random order every iteration, the protocol inline "
+          "from Python" % (args.label, args.n))
+    print("  meanwhile: " + load)
+    print("  %-38s %5s %8s %8s %8s" % ("subject", "n", "p50 ms", "p90 ms", "p99 ms"))
+    for name, _, _ in subjects_s:
+        v = samples[name]
+        if v:
+            print("  %-38s %5d %8.3f %8.3f %8.3f" % (name, len(v), ms(statistics.median(v)), ms(pct(v, 0.9)), ms(pct(v, 0.99))))
+
+    # fork(1) and fork(8) of a session that wrote N bytes; the lower layer (the host's root) is
+    # never copied, so its size is not a factor.
+    fork_p50 = {}
+    print()
+    print("  fork: a session writes N bytes (head -c N /dev/urandom > /tmp/blob), then fork(k) %d times (children "
+          "closed after each, untimed)" % args.fork_n)
+    print("  %-24s %8s %8s %8s %8s" % ("written, children", "p50 ms", "p90 ms", "max ms", "per child"))
+    for size, label in ((1024, "1 KiB"), (1 << 20, "1 MiB"), (64 << 20, "64 MiB")):
+        parent = raw_exchange("create", {})["session"]
+        raw_exchange("run", {"session": parent, "argv": ["/bin/sh", "-c", "head -c %d /dev/urandom > /tmp/blob" % size]})
+        for count in (1, 8):
+            v = []
+            for _ in range(args.fork_n if size < (64 << 20) else max(3, args.fork_n // 4)):
+                t0 = perf()
+                kids = raw_exchange("fork", {"session": parent, "count": count})["sessions"]
+                v.append(perf() - t0)
+                for k in kids:
+                    raw_exchange("close", {"session": k})
+            fork_p50[(size, count)] = ms(statistics.median(v))
+            print("  %-24s %8.3f %8.3f %8.3f %8.3f" % ("%s, fork(%d)" % (label, count), ms(statistics.median(v)),
+                                                        ms(pct(v, 0.9)), ms(max(v)), ms(statistics.median(v)) / count))
+        raw_exchange("close", {"session": parent})
+    raw_exchange("close", {"session": sid})
+
+    def p50(name):
+        return ms(statistics.median(samples[name])) if samples[name] else None
+
+    print()
+    print("  targets (%s):" % args.label)
+    t = p50("run(\"true\") in a session")
+    if t is not None:
+        target('sb.run("true") p50 <= 1 ms (protocol inline)', t, t <= 1.0, "%.3f ms" % t)
+    w = p50("run_python(snippet), warm")
+    if w is not None:
+        target("run_python p50 <= 5 ms", w, w <= 5.0, "%.3f ms" % w)
+        b = p50("bare python3 -c ...")
+        if b:
+            print("      (bare python3 -c: %.3f ms; the warm run is %.2fx of it)" % (b, w / b))
+    f = fork_p50.get((1 << 20, 1))
+    if f is not None:
+        target("fork(1) of a session that wrote 1 MiB <= 5 ms", f, f <= 5.0, "%.3f ms" % f)
+
+
 if "latency" in sections:
     latency()
 if "watchdog" in sections:
     watchdog()
 if "throughput" in sections:
     throughput()
+if "sessions" in sections:
+    sessions()
 if notes:
     print()
     print("notes (%s):" % args.label)
