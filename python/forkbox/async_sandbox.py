@@ -78,7 +78,12 @@ class AsyncSandbox(SandboxBase):
     ) -> AsyncIterator[StreamItem]:
         """An async generator of the command's output chunks, then its result:
         :meth:`forkbox.Sandbox.stream` for ``async for``. Not a coroutine: no ``await``
-        before the loop."""
+        before the loop.
+
+        Leaving the loop early kills the run when the generator is closed: ``await
+        gen.aclose()`` (or ``contextlib.aclosing``) closes it at once; otherwise the event
+        loop does when the generator is garbage collected.
+        """
         call = self._plan_run(cmd, argv, timeout_ms, stdin, env, cwd, max_output)
         self._check_open()
         return self._stream(call)

@@ -828,6 +828,24 @@ def test_async_session(daemon):
     asyncio.run(main())
 
 
+def test_async_stream_closed_early_kills_the_run(daemon):
+    n = number()
+
+    async def main():
+        c = AsyncForkbox(socket=daemon.sock, request_timeout_s=CLIENT_TIMEOUT_S)
+        async with c.create(ttl_s=600) as s:
+            gen = s.stream(f"echo go; exec sleep 1000.{n}")
+            async for ev in gen:
+                assert ev == OutputChunk("stdout", b"go\n")
+                break
+            assert wait_for(lambda: procs_with(f"1000.{n}"))
+            await gen.aclose()
+            assert wait_for(lambda: not procs_with(f"1000.{n}")), "the run outlived its closed stream"
+            return (await s.run("echo usable")).stdout
+
+    assert asyncio.run(main()) == "usable\n"
+
+
 def test_async_class_level_create(default_socket):
     async def main():
         async with AsyncForkbox.create(ttl_s=600) as s:
