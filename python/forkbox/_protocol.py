@@ -21,6 +21,7 @@ __all__ = [
     "MountSpec",
     "OutputCallback",
     "build_run_request",
+    "build_python_request",
     "build_session_run_request",
     "build_create_request",
     "sandbox_path",
@@ -230,6 +231,52 @@ def build_run_request(
         data = _stdin_bytes(stdin)
         req["stdin"] = True
     _sandbox_keys(req, memory_mb, pids, cpus, network, mounts, caps)
+    return req, data
+
+
+_MODULE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
+
+
+def build_python_request(
+    code: str,
+    *,
+    preload: Optional[Sequence[str]] = None,
+    timeout_ms: Optional[int] = None,
+    stdin: Optional[StdinData] = None,
+    env: Optional[Union[Mapping[str, str], Sequence[str]]] = None,
+    cwd: Optional[str] = None,
+    memory_mb: Optional[int] = None,
+    pids: Optional[int] = None,
+    cpus: Optional[float] = None,
+    network: Optional[bool] = False,
+    mounts: Optional[Sequence[MountSpec]] = None,
+    max_output: Optional[int] = None,
+) -> Tuple[Dict[str, Any], Optional[bytes]]:
+    """Check the arguments of a warm Python run (``"python"``: the code, ``"preload"``: the
+    modules its interpreter imports first) and build its request object and stdin bytes.
+
+    Raises:
+        InvalidRequest: the arguments are wrong (before anything is sent).
+    """
+    if not isinstance(code, str):
+        raise InvalidRequest(f"code must be a str of Python source, not {type(code).__name__}")
+    if "\0" in code:
+        raise InvalidRequest("code must not contain NUL (Python source cannot)")
+    req, data = build_run_request(
+        argv=["python3"], timeout_ms=timeout_ms, stdin=stdin, env=env, cwd=cwd, memory_mb=memory_mb,
+        pids=pids, cpus=cpus, network=network, mounts=mounts, max_output=max_output,
+    )
+    del req["argv"]
+    req["python"] = code
+    if preload is not None:
+        if isinstance(preload, (str, bytes)) or not isinstance(preload, (list, tuple)):
+            raise InvalidRequest(f"preload must be a list of module names, not {preload!r}")
+        for m in preload:
+            if (not isinstance(m, str) or not m or m[0] == "." or m[-1] == "." or len(m) > 128
+                    or not set(m) <= _MODULE_CHARS):
+                raise InvalidRequest(f"preload: {m!r} is not a module name (\"json\", \"os.path\")")
+        if preload:
+            req["preload"] = list(preload)
     return req, data
 
 

@@ -44,6 +44,9 @@ class RunResult:
         stderr_written: bytes the command wrote to standard error.
         cpu_ms: CPU time of the sandbox, or ``None`` where the host cannot measure it.
         peak_memory_bytes: peak memory of the sandbox, or ``None``.
+        written_bytes: how much the run grew the sandbox's writable layer (its RAM tmpfs:
+            the overlay's upper layer, /tmp, /root, /run), negative when it freed more than
+            it wrote; ``None`` from a daemon that does not say.
         limits: how each limit was enforced: ``{"memory": "cgroup"|"rlimit"|"none", ...}``.
         exec_error: why the command could not be started (missing program, bad ``cwd``),
             or ``None``.
@@ -63,6 +66,7 @@ class RunResult:
     stderr_written: int = 0
     cpu_ms: Optional[float] = None
     peak_memory_bytes: Optional[int] = None
+    written_bytes: Optional[int] = None
     limits: Dict[str, str] = field(default_factory=dict)
     exec_error: Optional[str] = None
     raw: Dict[str, Any] = field(default_factory=dict, compare=False)
@@ -156,6 +160,7 @@ class RunResult:
             stderr_written=count("stderr_bytes", len(stderr) + stderr_dropped),
             cpu_ms=opt_float("cpu_ms"),
             peak_memory_bytes=opt_int("peak_memory_bytes"),
+            written_bytes=opt_int("written_bytes"),
             limits=limits,
             exec_error=exec_error if isinstance(exec_error, str) else None,
             raw=dict(obj),

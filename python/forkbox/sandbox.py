@@ -106,6 +106,26 @@ class Sandbox(SandboxBase):
                                            on_stderr=check_callback("on_stderr", on_stderr))
         return result
 
+    def run_python(
+        self,
+        code: str,
+        *,
+        timeout_ms: Optional[int] = None,
+        stdin: Optional[StdinData] = None,
+        env: Optional[Dict[str, str]] = None,
+        cwd: Optional[str] = None,
+        max_output: Optional[int] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+    ) -> RunResult:
+        """Run Python code in the session, as ``python3 -c code`` (its files are the
+        session's). In a session the interpreter starts each time: the warm interpreters of
+        :meth:`forkbox.Forkbox.run_python` are for sandboxes of their own."""
+        if not isinstance(code, str):
+            raise InvalidRequest(f"code must be a str of Python source, not {type(code).__name__}")
+        return self.run(argv=["python3", "-c", code], timeout_ms=timeout_ms, stdin=stdin, env=env, cwd=cwd,
+                        max_output=max_output, on_stdout=on_stdout, on_stderr=on_stderr)
+
     def stream(
         self,
         cmd: Optional[str] = None,
