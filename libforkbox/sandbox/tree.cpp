@@ -91,7 +91,7 @@ int open_in_sandbox(const std::string& path, int flags, mode_t mode = 0) {
 Result<std::pair<unique_fd, std::string>> open_parent(const std::string& path, bool make) {
     size_t slash = path.find_last_of('/');
     std::string parent = slash == 0 ? "/" : path.substr(0, slash), name = path.substr(slash + 1);
-    if (name.empty()) return fail(EISDIR, path);
+    if (name.empty()) return fail(EISDIR, "Is a directory");
     unique_fd dir(open_in_sandbox(parent, O_PATH | O_DIRECTORY));
     if (!dir && errno == ENOENT && make) {
         // Made one name at a time; each prefix resolves from the sandbox's root, symlinks
@@ -154,7 +154,7 @@ Result<void> do_read(const FileRequest& r, int out) {
     if (!in) return sys_error("open");
     struct stat st;
     if (::fstat(in.get(), &st) < 0) return sys_error("stat");
-    if (S_ISDIR(st.st_mode)) return fail(EISDIR, "read");
+    if (S_ISDIR(st.st_mode)) return fail(EISDIR, "read: Is a directory");
     char buf[65536];
     for (;;) {
         ssize_t n = ::read(in.get(), buf, sizeof buf);
