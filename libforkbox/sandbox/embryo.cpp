@@ -436,11 +436,12 @@ Result<void> drop_every_capability() {
 
 // --- a warm Python ---
 
-// python3 -c WARM_PYTHON FD [MODULE...]: imports the modules, says "R" on the socket FD (or
-// "F" and why), then takes one request (cwd, code and the environment, NUL-separated, with
-// stdin, stdout and stderr) and runs the code as `python3 -c CODE` would, in a fresh
-// __main__: tracebacks and exit codes are python3's.
-constexpr const char* kWarmPython = R"PY(import os, sys, socket
+// What both warm Pythons start with: python3 -c SCRIPT FD [MODULE...] imports the modules
+// and says "R" on the socket FD (or "F" and why). run() then runs a request (cwd, code and
+// the environment, with stdin, stdout and stderr) as `python3 -c CODE` would, in a fresh
+// __main__: tracebacks and exit codes are python3's; the program's threads, atexit and
+// streams are finished, the interpreter's teardown skipped (the process ends anyway).
+constexpr const char* kPythonStart = R"PY(import os, sys, socket
 s = socket.socket(fileno=int(sys.argv[1]))
 try:
     for m in sys.argv[2:]:
@@ -448,67 +449,126 @@ try:
 except BaseException as e:
     s.send(("Fpreload: %s: %s" % (type(e).__name__, e)).encode("utf-8", "replace")[:4000])
     os._exit(1)
-s.send(b"R")
-msg, anc, _, _ = s.recvmsg(1 << 20, socket.CMSG_SPACE(12))
-s.close()
-fds = [int.from_bytes(d[i:i + 4], sys.byteorder) for _, _, d in anc for i in range(0, len(d) - 3, 4)]
-for i, fd in enumerate(fds[:3]):
-    os.dup2(fd, i)
-    os.close(fd)
-cwd, code, *env = msg.decode("utf-8", "surrogateescape").split("\0")
-os.environ.clear()
-for e in env:
-    k, _, v = e.partition("=")
-    os.environ[k] = v
-os.chdir(cwd)
-main = type(sys)("__main__")
-main.__builtins__ = __builtins__
-sys.modules["__main__"] = main
-sys.argv = ["-c"]
-del s, msg, anc, fds, env, cwd
-try:
-    exec(compile(code, "<string>", "exec"), main.__dict__)
-    rc = 0
-except SystemExit as e:
-    rc = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
-    if not isinstance(e.code, int) and e.code is not None:
-        print(e.code, file=sys.stderr)
-except BaseException as e:
-    import traceback
-    traceback.print_exception(type(e), e, e.__traceback__.tb_next)
-    rc = 1
-# What python3's exit does for the program (its threads, atexit, the streams), without
-# tearing down the interpreter, which the sandbox's end does anyway.
-if "threading" in sys.modules:
-    sys.modules["threading"]._shutdown()
-import atexit
-atexit._run_exitfuncs()
-for f in (sys.stdout, sys.stderr):
+def fds_of(anc):
+    return [int.from_bytes(d[i:i + 4], sys.byteorder) for _, _, d in anc for i in range(0, len(d) - 3, 4)]
+def run(cwd, code, env, fds):
+    for i, fd in enumerate(fds[:3]):
+        os.dup2(fd, i)
+        os.close(fd)
+    os.environ.clear()
+    for e in env:
+        k, _, v = e.partition("=")
+        os.environ[k] = v
+    os.chdir(cwd)
+    main = type(sys)("__main__")
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    sys.argv = ["-c"]
     try:
-        f.flush()
-    except BaseException:
-        rc = rc or 120
-os._exit(rc & 0xFF)
+        exec(compile(code, "<string>", "exec"), main.__dict__)
+        rc = 0
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+        if not isinstance(e.code, int) and e.code is not None:
+            print(e.code, file=sys.stderr)
+    except BaseException as e:
+        import traceback
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)
+        rc = 1
+    if "threading" in sys.modules:
+        sys.modules["threading"]._shutdown()
+    import atexit
+    atexit._run_exitfuncs()
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except BaseException:
+            rc = rc or 120
+    os._exit(rc & 0xFF)
+s.send(b"R")
+)PY";
+
+// A sandbox's own warm Python (pid 2): one request, "cwd\0code\0env..." with its stdio.
+constexpr const char* kPythonOnce = R"PY(msg, anc, _, _ = s.recvmsg(1 << 20, socket.CMSG_SPACE(12))
+s.close()
+cwd, code, *env = msg.decode("utf-8", "surrogateescape").split("\0")
+run(cwd, code, env, fds_of(anc))
+)PY";
+
+// A session's warm Python: a fork per request ("id\0cwd\0code\0env..." with its stdio),
+// each a process group of its own; it says "p<id> <pid>" when the request runs and
+// "e<id> <wait status> <user us> <system us> <max rss KiB>" when it ended.
+constexpr const char* kPythonZygote = R"PY(import select, signal
+r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+signal.set_wakeup_fd(w)
+signal.signal(signal.SIGCHLD, lambda *_: None)
+runs = {}
+def reap():
+    while runs:
+        try:
+            pid, status, ru = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        rid = runs.pop(pid, None)
+        if rid is not None:
+            s.send(("e%s %d %d %d %d" % (rid, status, ru.ru_utime * 1e6, ru.ru_stime * 1e6, ru.ru_maxrss)).encode())
+while True:
+    ready = select.select([s, r], [], [])[0]
+    if r in ready:
+        while True:
+            try:
+                os.read(r, 512)
+            except BlockingIOError:
+                break
+        reap()
+    if s not in ready:
+        continue
+    msg, anc, _, _ = s.recvmsg(1 << 20, socket.CMSG_SPACE(12))
+    if not msg:
+        os._exit(0)
+    fds = fds_of(anc)
+    rid, cwd, code, *env = msg.decode("utf-8", "surrogateescape").split("\0")
+    pid = os.fork()
+    if pid == 0:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setpgid(0, 0)
+        s.close()
+        os.close(r)
+        os.close(w)
+        run(cwd, code, env, fds)
+    for fd in fds:
+        os.close(fd)
+    runs[pid] = rid
+    s.send(("p%s %d" % (rid, pid)).encode())
+    reap()
 )PY";
 
 struct WarmPython {
     pid_t pid = -1;
     unique_fd socket;
+    uint64_t cpu_ns = 0;  // its CPU time when ready: not a request's
 };
-WarmPython warm_python;
+WarmPython warm_python;  // a sandbox's own (pid 2)
 
-// Starts the warm Python (pid 2) and waits until it has imported its modules; returns its
-// CPU time so far (ns), which is not a request's.
-Result<uint64_t> start_warm_python(const std::vector<std::string>& preload) {
+// Starts a warm Python (`script` after kPythonStart) and waits until it has imported its
+// modules. `own_group`: a process group of its own (a session's, beside its runs).
+Result<WarmPython> start_python(const char* script, const std::vector<std::string>& preload, bool own_group) {
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) return sys_error("socketpair");
     unique_fd ours(sv[0]), theirs(sv[1]);
     if (::fcntl(theirs.get(), F_SETFD, 0) < 0) return sys_error("fcntl");
     Release r;
-    r.argv = {"python3", "-c", kWarmPython, std::to_string(theirs.get())};
+    // The script comes in the environment (which each request replaces), so that the
+    // sandbox's process list shows a short command line.
+    r.argv = {"python3", "-c", "import os; exec(os.environ.pop('FORKBOX_WARM_PYTHON'))", std::to_string(theirs.get())};
     r.argv.insert(r.argv.end(), preload.begin(), preload.end());
-    r.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"};
+    r.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8",
+             "FORKBOX_WARM_PYTHON=" + std::string(kPythonStart) + script};
     Command c = prepare(r);
+    c.own_group = own_group;
     unique_fd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
     int stdio[3] = {null.get(), null.get(), null.get()};
     ::umask(022);
@@ -526,22 +586,28 @@ Result<uint64_t> start_warm_python(const std::vector<std::string>& preload) {
         if (n > 1 && buf[0] == 'F') return fail(EINVAL, "python3: " + std::string(buf + 1, static_cast<size_t>(n - 1)));
         return fail(EIO, "python3 exited before it was ready");
     }
-    warm_python.pid = pid;
-    warm_python.socket = std::move(ours);
-    auto stat = read_file("/proc/" + std::to_string(pid) + "/schedstat");
-    return stat ? std::strtoull(stat->c_str(), nullptr, 10) : 0;
+    WarmPython w;
+    w.pid = pid;
+    w.socket = std::move(ours);
+    if (auto stat = read_file("/proc/" + std::to_string(pid) + "/schedstat")) w.cpu_ns = std::strtoull(stat->c_str(), nullptr, 10);
+    return w;
 }
 
-// A request for the warm Python: its limits, then the code and stdio are its.
+// "cwd\0code\0env..." of a python3 -c release.
+std::string python_request(const Release& r) {
+    std::string m = r.cwd + '\0' + (r.argv.size() > 2 ? r.argv[2] : std::string());
+    for (const auto& e : r.env) m += '\0' + e;
+    return m;
+}
+
+// A request for the sandbox's warm Python: its limits, then the code and stdio are its.
 [[noreturn]] void run_warm_python(int control, const Release& r, const int* stdio) {
     pid_t pid = warm_python.pid;
     rlimit nproc{r.nproc_limit, r.nproc_limit}, address{r.address_limit, r.address_limit};
     if (r.nproc_limit && ::prlimit(pid, RLIMIT_NPROC, &nproc, nullptr) < 0) exec_failed(control, errno, "RLIMIT_NPROC");
     if (r.address_limit && ::prlimit(pid, RLIMIT_AS, &address, nullptr) < 0) exec_failed(control, errno, "RLIMIT_AS");
     int64_t used = stage_used();
-    std::string m = r.cwd + '\0' + (r.argv.size() > 2 ? r.argv[2] : std::string());
-    for (const auto& e : r.env) m += '\0' + e;
-    auto sent = send_with_fds(warm_python.socket.get(), m, std::span<const int>(stdio, 3), "warm python");
+    auto sent = send_with_fds(warm_python.socket.get(), python_request(r), std::span<const int>(stdio, 3), "warm python");
     for (int i = 0; i < 3; ++i) ::close(stdio[i]);
     if (!sent) {
         send_text(control, "X" + std::to_string(sent.error().errnum()) + " " + sent.error().what());
@@ -595,10 +661,25 @@ void stop_everyone() {
     std::map<pid_t, uint64_t> leaders;  // a run's first process -> its id
     std::map<uint64_t, pid_t> groups;   // a run's id -> its process group
     std::map<uint64_t, int64_t> used_at_start;  // a run's id -> stage_used() when it began
+    // Warm Pythons, one per preload list, started by the first run that asks; their runs are
+    // their children, whose ends they report.
+    std::map<std::vector<std::string>, WarmPython> pythons;
+    std::map<uint64_t, pid_t> python_runs;  // a run's id -> the warm Python running it
+    std::map<uint64_t, int> pending_kills;  // "K" before the warm Python said the run's pid
+    auto ended = [&](uint64_t id, const std::string& usage) {
+        python_runs.erase(id);
+        pending_kills.erase(id);
+        int64_t before = used_at_start.count(id) ? used_at_start[id] : -1, now = stage_used();
+        send_text(control, "w" + std::to_string(id) + " " + usage + " " +
+                               std::to_string(before >= 0 && now >= 0 ? now - before : 0));
+        used_at_start.erase(id);
+        groups.erase(id);
+    };
     std::string buf(kReleaseBufferBytes, '\0');
     for (;;) {
-        pollfd p[2] = {{control, POLLIN, 0}, {children.get(), POLLIN, 0}};
-        if (::poll(p, 2, -1) < 0) {
+        std::vector<pollfd> p = {{control, POLLIN, 0}, {children.get(), POLLIN, 0}};
+        for (auto& [key, py] : pythons) p.push_back({py.socket.get(), POLLIN, 0});
+        if (::poll(p.data(), p.size(), -1) < 0) {
             if (errno == EINTR) continue;
             ::_exit(1);
         }
@@ -611,14 +692,57 @@ void stop_everyone() {
             pid_t pid;
             while ((pid = ::wait4(-1, &status, WNOHANG, &usage)) > 0) {
                 auto it = leaders.find(pid);
-                if (it == leaders.end()) continue;  // an orphan
-                int64_t before = used_at_start[it->second], now = stage_used();
-                send_text(control, "w" + std::to_string(it->second) + " " + usage_text(status, usage) + " " +
-                                       std::to_string(before >= 0 && now >= 0 ? now - before : 0));
-                used_at_start.erase(it->second);
-                groups.erase(it->second);
+                if (it == leaders.end()) continue;  // an orphan, or a warm Python
+                ended(it->second, usage_text(status, usage));
                 leaders.erase(it);
             }
+        }
+        size_t at = 2;
+        for (auto it = pythons.begin(); it != pythons.end(); ++at) {
+            if (!p[at].revents) {
+                ++it;
+                continue;
+            }
+            char msg[512];
+            ssize_t n = ::recv(it->second.socket.get(), msg, sizeof msg - 1, MSG_DONTWAIT);
+            if (n < 0 && errno == EAGAIN) {
+                ++it;
+                continue;
+            }
+            if (n <= 0) {
+                // It died, and the next run starts another. Its runs still alive are this
+                // process's children now (it is the namespace's reaper): reaped as leaders;
+                // the others ended with it.
+                pid_t zygote = it->second.pid;
+                std::vector<uint64_t> orphaned;
+                for (auto& [id, z] : python_runs)
+                    if (z == zygote) orphaned.push_back(id);
+                for (uint64_t id : orphaned) {
+                    auto g = groups.find(id);
+                    if (g != groups.end() && ::kill(g->second, 0) == 0) {
+                        leaders[g->second] = id;
+                        python_runs.erase(id);
+                    } else {
+                        ended(id, std::to_string(SIGKILL) + " 0 0 0");
+                    }
+                }
+                ::kill(zygote, SIGKILL);
+                it = pythons.erase(it);
+                continue;
+            }
+            msg[n] = '\0';
+            unsigned long long id = 0;
+            long long a = 0, b = 0, c = 0, d = 0;
+            if (msg[0] == 'p' && std::sscanf(msg + 1, "%llu %lld", &id, &a) == 2 && python_runs.count(id)) {
+                groups[id] = static_cast<pid_t>(a);  // the run's process group, for "K"
+                if (auto k = pending_kills.find(id); k != pending_kills.end()) {
+                    ::kill(-static_cast<pid_t>(a), k->second);
+                    pending_kills.erase(k);
+                }
+            } else if (msg[0] == 'e' && std::sscanf(msg + 1, "%llu %lld %lld %lld %lld", &id, &a, &b, &c, &d) == 5) {
+                ended(id, std::to_string(a) + " " + std::to_string(b) + " " + std::to_string(c) + " " + std::to_string(d));
+            }
+            ++it;
         }
         if (!p[0].revents) continue;
         std::vector<unique_fd> fds;
@@ -632,7 +756,12 @@ void stop_everyone() {
         std::string_view body = nl == std::string_view::npos ? std::string_view{} : m.substr(nl + 1);
         if (tag == 'K') {
             int sig = static_cast<int>(std::strtol(std::string(m.substr(m.find(' ') + 1, 8)).c_str(), nullptr, 10));
-            if (auto g = groups.find(id); g != groups.end() && sig > 0 && sig < 65) ::kill(-g->second, sig);
+            if (sig <= 0 || sig >= 65) continue;
+            if (auto g = groups.find(id); g != groups.end()) {
+                ::kill(-g->second, sig);
+            } else if (python_runs.count(id)) {
+                pending_kills[id] = sig;
+            }
             continue;
         }
         if (tag == 'S') {
@@ -652,6 +781,26 @@ void stop_everyone() {
             auto release = Release::decode(body);
             if (!release) {
                 send_text(control, "x" + std::to_string(id) + " " + std::to_string(EPROTO) + " the release is malformed");
+                continue;
+            }
+            if (release->warm_python) {
+                auto py = pythons.find(release->preload);
+                if (py == pythons.end()) {
+                    auto started = start_python(kPythonZygote, release->preload, true);
+                    if (!started) {
+                        std::string why = "a warm Python: " + started.error().what();
+                        send_text(control, "x" + std::to_string(id) + " " + std::to_string(started.error().errnum()) + " " + why);
+                        ::write(stdio[2], (why + "\n").data(), why.size() + 1);
+                        send_text(control, "w" + std::to_string(id) + " " + std::to_string(1 << 8) + " 0 0 0 0");
+                        continue;
+                    }
+                    py = pythons.emplace(release->preload, std::move(*started)).first;
+                }
+                used_at_start[id] = stage_used();
+                python_runs[id] = py->second.pid;
+                auto sent = send_with_fds(py->second.socket.get(), std::to_string(id) + '\0' + python_request(*release),
+                                          std::span<const int>(stdio, 3), "warm python");
+                if (!sent) ended(id, std::to_string(SIGKILL) + " 0 0 0");
                 continue;
             }
             Command c = prepare(*release);
@@ -698,6 +847,9 @@ std::string Release::encode() const {
     put(out, std::to_string(address_limit));
     put(out, drop_all_caps ? "1" : "0");
     put(out, warm_python ? "1" : "0");
+    std::string modules;  // module names have no comma
+    for (const auto& m : preload) modules += (modules.empty() ? "" : ",") + m;
+    put(out, modules);
     put(out, std::to_string(argv.size()));
     for (const auto& a : argv) put(out, a);
     for (const auto& e : env) put(out, e);
@@ -714,6 +866,12 @@ Result<Release> Release::decode(std::string_view data) {
     r.drop_all_caps = drop != 0;
     FB_ASSIGN(uint64_t python, in.number());
     r.warm_python = python != 0;
+    FB_ASSIGN(std::string modules, in.next());
+    for (size_t start = 0; start < modules.size();) {
+        size_t end = std::min(modules.find(',', start), modules.size());
+        r.preload.push_back(modules.substr(start, end - start));
+        start = end + 1;
+    }
     FB_ASSIGN(uint64_t argc, in.number());
     if (argc == 0 || argc > data.size()) return fail(EPROTO, "release: bad argc");
     for (uint64_t i = 0; i < argc; ++i) {
@@ -758,9 +916,10 @@ void embryo_main(const EmbryoSetup& s) {
     if (!built) die(control, built.error().what());
     std::string ready = "R";
     if (s.kind && s.kind->python) {
-        auto cpu = start_warm_python(s.kind->preload);
-        if (!cpu) die(control, "a warm Python: " + cpu.error().what());
-        ready += " " + std::to_string(*cpu);
+        auto python = start_python(kPythonOnce, s.kind->preload, false);
+        if (!python) die(control, "a warm Python: " + python.error().what());
+        warm_python = std::move(*python);
+        ready += " " + std::to_string(warm_python.cpu_ns);
     }
     if (::send(control, ready.data(), ready.size(), MSG_NOSIGNAL) < 0) ::_exit(1);
 

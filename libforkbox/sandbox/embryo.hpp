@@ -23,7 +23,8 @@
 // A session instead:
 //   daemon: "L<nproc limit> <address limit> <drop caps 0|1>"
 //   embryo: "l" + fd: the stage (a copy of its tmpfs mount, for forks)
-//   daemon: "G<id>\n" + Release::encode() + 3 fds    a run
+//   daemon: "G<id>\n" + Release::encode() + 3 fds    a run (warm_python: by a warm Python
+//                                                    of the session's, one per preload)
 //           "O<id>\n" + FileRequest::encode() + 3 fds a file verb
 //           "K<id> <signal>"                         signal that run's process group
 //           "S" / "T"                                stop / continue every process (a fork's
@@ -57,6 +58,7 @@ struct Release {
     uint64_t address_limit = 0;  // RLIMIT_AS in bytes; 0: unchanged
     bool drop_all_caps = false;
     bool warm_python = false;  // argv is python3 -c CODE: the embryo's warm Python runs CODE
+    std::vector<std::string> preload;  // a session's warm Python: the modules it imports first
 
     std::string encode() const;
     static Result<Release> decode(std::string_view data);

@@ -293,6 +293,10 @@ void Server::start_in_session(Run& r, Session& s) {
         rel.argv = r.request.argv;
         rel.env = r.request.env;
         rel.cwd = r.request.cwd;
+        // Python code: by the session's warm Python for its preload (its init starts one
+        // the first time), forked for the run.
+        rel.warm_python = r.request.python.has_value();
+        rel.preload = r.request.preload;
         message = "G" + std::to_string(r.id) + "\n" + rel.encode();
     }
     int stdio[3];

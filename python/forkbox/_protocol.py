@@ -22,6 +22,7 @@ __all__ = [
     "OutputCallback",
     "build_run_request",
     "build_python_request",
+    "python_keys",
     "build_session_run_request",
     "build_create_request",
     "sandbox_path",
@@ -258,15 +259,25 @@ def build_python_request(
     Raises:
         InvalidRequest: the arguments are wrong (before anything is sent).
     """
-    if not isinstance(code, str):
-        raise InvalidRequest(f"code must be a str of Python source, not {type(code).__name__}")
-    if "\0" in code:
-        raise InvalidRequest("code must not contain NUL (Python source cannot)")
     req, data = build_run_request(
         argv=["python3"], timeout_ms=timeout_ms, stdin=stdin, env=env, cwd=cwd, memory_mb=memory_mb,
         pids=pids, cpus=cpus, network=network, mounts=mounts, max_output=max_output,
     )
-    del req["argv"]
+    python_keys(req, code, preload)
+    return req, data
+
+
+def python_keys(req: Dict[str, Any], code: object, preload: Optional[Sequence[str]]) -> None:
+    """A run request's ``python`` (the code, instead of ``argv``) and ``preload`` keys.
+
+    Raises:
+        InvalidRequest: the code is not a str of Python source, or a module name is wrong.
+    """
+    if not isinstance(code, str):
+        raise InvalidRequest(f"code must be a str of Python source, not {type(code).__name__}")
+    if "\0" in code:
+        raise InvalidRequest("code must not contain NUL (Python source cannot)")
+    req.pop("argv", None)
     req["python"] = code
     if preload is not None:
         if isinstance(preload, (str, bytes)) or not isinstance(preload, (list, tuple)):
@@ -277,7 +288,6 @@ def build_python_request(
                 raise InvalidRequest(f"preload: {m!r} is not a module name (\"json\", \"os.path\")")
         if preload:
             req["preload"] = list(preload)
-    return req, data
 
 
 def build_session_run_request(

@@ -8,6 +8,7 @@ from ._protocol import (
     OutputCallback,
     StdinData,
     build_session_run_request,
+    python_keys,
     encode_request,
     fork_count,
     sandbox_path,
@@ -128,11 +129,17 @@ class SandboxBase:
         cwd: Optional[str],
         max_output: Optional[int],
         open_stdin: bool = False,
+        python: Optional[str] = None,
+        preload: Optional[Sequence[str]] = None,
     ) -> Call:
+        if python is not None:
+            argv = ["python3"]  # replaced by the code
         request, data = build_session_run_request(
             self.id, cmd, argv=argv, timeout_ms=timeout_ms, stdin=stdin, env=env, cwd=cwd,
             max_output=max_output, open_stdin=open_stdin,
         )
+        if python is not None:
+            python_keys(request, python, preload)
         budget = self.client._run_budget(request, self.timeout_ms)
         return Call("run", encode_request("run", request), data, budget)
 

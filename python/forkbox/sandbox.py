@@ -110,6 +110,7 @@ class Sandbox(SandboxBase):
         self,
         code: str,
         *,
+        preload: Optional[Sequence[str]] = None,
         timeout_ms: Optional[int] = None,
         stdin: Optional[StdinData] = None,
         env: Optional[Dict[str, str]] = None,
@@ -118,13 +119,18 @@ class Sandbox(SandboxBase):
         on_stdout: Optional[OutputCallback] = None,
         on_stderr: Optional[OutputCallback] = None,
     ) -> RunResult:
-        """Run Python code in the session, as ``python3 -c code`` (its files are the
-        session's). In a session the interpreter starts each time: the warm interpreters of
-        :meth:`forkbox.Forkbox.run_python` are for sandboxes of their own."""
-        if not isinstance(code, str):
-            raise InvalidRequest(f"code must be a str of Python source, not {type(code).__name__}")
-        return self.run(argv=["python3", "-c", code], timeout_ms=timeout_ms, stdin=stdin, env=env, cwd=cwd,
-                        max_output=max_output, on_stdout=on_stdout, on_stderr=on_stderr)
+        """Run Python code in the session without the interpreter's start-up.
+
+        The session keeps a warm ``python3`` per ``preload`` list (started, and the modules
+        imported, by the first call that asks for it); each call is a fork of it that runs
+        the code as ``python3 -c code`` would, in the session's sandbox and files, with its
+        own process group and deadline. Nothing of one call's interpreter state reaches the
+        next (each is a fresh fork); what it writes to files stays, as for :meth:`run`.
+        Other arguments as :meth:`run`."""
+        call = self._plan_run(None, None, timeout_ms, stdin, env, cwd, max_output, python=code, preload=preload)
+        result: RunResult = self._exchange(call, on_stdout=check_callback("on_stdout", on_stdout),
+                                           on_stderr=check_callback("on_stderr", on_stderr))
+        return result
 
     def stream(
         self,

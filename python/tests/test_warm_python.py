@@ -80,3 +80,34 @@ def test_async_and_in_a_session(fb: Forkbox) -> None:
         sb.write_file("/tmp/m.py", b"X = 7\n")
         r = sb.run_python("import sys; sys.path.insert(0, '/tmp'); import m; print(m.X)")
         assert r.stdout == "7\n"
+
+
+def test_a_sessions_warm_python_forks_per_call(fb: Forkbox) -> None:
+    with fb.create(timeout_ms=10_000) as sb:
+        # Files stay between calls, the interpreter's state does not.
+        assert sb.run_python("import json; json.leak = 1; g = 5; open('/tmp/k', 'w').write('1')",
+                             preload=["json"]).exit_code == 0
+        r = sb.run_python("import json, os; print(os.path.exists('/tmp/k'), hasattr(json, 'leak'), 'g' in globals())",
+                          preload=["json"])
+        assert r.stdout == "True False False\n"
+        assert sb.run_python("import sys; sys.exit(3)").exit_code == 3
+        r = sb.run_python("1/0")
+        assert r.exit_code == 1 and r.stderr.endswith("ZeroDivisionError: division by zero\n")
+        # Its deadline kills the call's process group; the session and its warm Python go on.
+        r = sb.run_python("import os; os.fork(); import time; time.sleep(60)", timeout_ms=300)
+        assert (r.timed_out, r.exit_code) == (True, 124)
+        assert sb.run_python("print('after')").stdout == "after\n"
+        r = sb.run_python("import os, sys; print(sys.stdin.read(), os.getcwd(), os.environ['Y'])",
+                          stdin="in", cwd="/tmp", env={"Y": "y"})
+        assert r.stdout == "in /tmp y\n"
+        # A warm Python that is killed is started again by the next call.
+        warm = sb.run_python("import os; print(os.getppid())").stdout.strip()
+        sb.run("kill -KILL %s" % warm)
+        again = sb.run_python("import os; print(os.getppid())").stdout.strip()
+        assert again.isdigit() and again != warm
+        r = sb.run_python("print(1)", preload=["no_such_module_for_forkbox"])
+        assert r.exit_code != 0 and "no_such_module_for_forkbox" in r.stderr
+        # Forked children do not share their parent's warm Python (processes are not forked).
+        (kid,) = sb.fork(1)
+        with kid:
+            assert kid.run_python("print(open('/tmp/k').read())").stdout == "1\n"
