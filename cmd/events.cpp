@@ -3,6 +3,7 @@
 #include <cerrno>
 
 #include "cmd/common.hpp"
+#include "libforkbox/base/clock.hpp"
 #include "libforkbox/container/events.hpp"
 
 namespace forkbox::cmd {

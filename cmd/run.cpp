@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "cmd/common.hpp"
+#include "libforkbox/base/clock.hpp"
 #include "libforkbox/base/log.hpp"
 #include "libforkbox/container/container.hpp"
 #include "libforkbox/container/events.hpp"

@@ -2,6 +2,7 @@
 #include <iterator>
 
 #include "cmd/common.hpp"
+#include "libforkbox/cgroup/resources.hpp"
 #include "libforkbox/container/container.hpp"
 #include "oci/parse.hpp"
 
@@ -10,22 +11,9 @@ namespace forkbox::cmd {
 namespace {
 // "67108864", "64m", "1G", "-1": bytes as runc's flags take them.
 int64_t parse_bytes(const std::string& flag, const std::string& text) {
-    if (text == "-1") return -1;
-    size_t used = 0;
-    long double v;
-    try {
-        v = std::stold(text, &used);
-    } catch (const std::exception&) {
-        throw UsageError("--" + flag + ": invalid size \"" + text + "\"");
-    }
-    std::string unit = text.substr(used);
-    long double mult = 1;
-    if (unit.empty() || unit == "b" || unit == "B") mult = 1;
-    else if (unit == "k" || unit == "K" || unit == "kb" || unit == "KB") mult = 1024.0L;
-    else if (unit == "m" || unit == "M" || unit == "mb" || unit == "MB") mult = 1024.0L * 1024;
-    else if (unit == "g" || unit == "G" || unit == "gb" || unit == "GB") mult = 1024.0L * 1024 * 1024;
-    else throw UsageError("--" + flag + ": invalid size \"" + text + "\"");
-    return static_cast<int64_t>(v * mult);
+    auto bytes = parse_memory_size(text);
+    if (!bytes) throw UsageError("--" + flag + ": " + bytes.error().what());
+    return *bytes;
 }
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "libforkbox/base/clock.hpp"
 #include "libforkbox/base/json.hpp"
 #include "libforkbox/cgroup/oom.hpp"
 #include "libforkbox/container/events.hpp"

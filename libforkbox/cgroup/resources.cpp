@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <optional>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <string_view>
 
 #include "libforkbox/base/fd.hpp"
@@ -38,6 +40,27 @@ Result<int64_t> memory_swap_to_v2(int64_t swap, int64_t limit) {
     if (swap < limit)
         return fail(EINVAL, "linux.resources.memory.swap: memory+swap limit must be >= memory limit");
     return swap - limit;
+}
+
+Result<int64_t> parse_memory_size(std::string_view text_view) {
+    std::string text(text_view);
+    auto invalid = [&] { return fail(EINVAL, "invalid size \"" + text + "\""); };
+    if (text == "-1") return -1;
+    size_t used = 0;
+    long double v;
+    try {
+        v = std::stold(text, &used);
+    } catch (const std::exception&) {
+        return invalid();
+    }
+    std::string unit = text.substr(used);
+    long double mult = 1;
+    if (unit.empty() || unit == "b" || unit == "B") mult = 1;
+    else if (unit == "k" || unit == "K" || unit == "kb" || unit == "KB") mult = 1024.0L;
+    else if (unit == "m" || unit == "M" || unit == "mb" || unit == "MB") mult = 1024.0L * 1024;
+    else if (unit == "g" || unit == "G" || unit == "gb" || unit == "GB") mult = 1024.0L * 1024 * 1024;
+    else return invalid();
+    return static_cast<int64_t>(v * mult);
 }
 
 namespace {

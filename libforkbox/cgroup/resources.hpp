@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "libforkbox/base/error.hpp"
@@ -32,6 +33,10 @@ uint64_t blkio_weight_to_io_weight(uint64_t weight);   // 1 + (weight-10)*9999/9
 // memory.swap.max from the v1 memory+swap value: swap - limit; -1 is "max". Fails when the
 // pair cannot be expressed (swap below the limit, swap without a limit).
 Result<int64_t> memory_swap_to_v2(int64_t swap, int64_t limit);
+
+// A memory size as runc's `update` flags take it (--memory, --memory-swap, ...): bytes, or a
+// number with a unit k, m, g (also kb, K, KB, ...: powers of 1024), or -1 for unlimited.
+Result<int64_t> parse_memory_size(std::string_view text);
 
 // Fills the unified hierarchy's `controllers` with the v2 controllers its root offers
 // (cgroup.controllers, comma-separated), which plan_cgroup_writes needs to place v2 writes.

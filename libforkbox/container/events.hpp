@@ -12,11 +12,6 @@
 
 namespace forkbox {
 
-// Go's time.ParseDuration, which runc's --interval takes: a sequence of decimal numbers
-// with units ns, us (or µs), ms, s, m, h ("5s", "100ms", "1m30s", "1.5h"); "0" alone needs
-// no unit. Pure, unit-tested.
-Result<std::chrono::nanoseconds> parse_go_duration(std::string_view text);
-
 struct EventsOptions {
     bool stats_only = false;  // --stats: one stats event, then return
     std::chrono::nanoseconds interval = std::chrono::seconds(5);
