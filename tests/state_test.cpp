@@ -104,6 +104,16 @@ TEST(State, InvalidJsonIsAnError) { EXPECT_FALSE(parse_state("{\"id\":").has_val
 
 TEST(State, PidOfTheWrongTypeIsAnError) { EXPECT_FALSE(parse_state(R"({"pid":"42"})").has_value()); }
 
+// Found by tests/fuzz/state.cpp: 4294967297 was cut to 32 bits and read as pid 1.
+TEST(State, PidOutsideThePidRangeIsAnError) {
+    EXPECT_FALSE(parse_state(R"({"pid":4294967297})").has_value());
+    EXPECT_FALSE(parse_state(R"({"pid":2147483648})").has_value());
+    EXPECT_FALSE(parse_state(R"({"pid":-1})").has_value());
+    auto r = parse_state(R"({"pid":2147483647})");
+    ASSERT_TRUE(r.has_value()) << r.error().what();
+    EXPECT_EQ(r->pid, 2147483647);
+}
+
 TEST(State, NonStringAnnotationIsAnError) {
     EXPECT_FALSE(parse_state(R"({"annotations":{"a":1}})").has_value());
 }

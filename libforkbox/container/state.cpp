@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <limits>
 
 #include "libforkbox/base/json.hpp"
 
@@ -81,6 +82,9 @@ Result<ContainerState> parse_state(std::string_view text) {
     FB_ASSIGN(s.id, opt_string(root, "id"));
     if (auto v = root.get("pid")) {
         FB_ASSIGN(int64_t pid, v->as_int64());
+        // A value cut to pid_t would name another process (4294967297 is pid 1).
+        if (pid < 0 || pid > std::numeric_limits<pid_t>::max())
+            return fail(EINVAL, "pid: out of range: " + std::to_string(pid));
         s.pid = static_cast<pid_t>(pid);
     }
     if (auto v = root.get("pidStartTime")) {
