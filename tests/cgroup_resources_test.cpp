@@ -85,6 +85,29 @@ TEST(CgroupConversions, SwapOnV2IsSwapMinusLimit) {
     EXPECT_FALSE(memory_swap_to_v2(200, 0));    // swap without a limit
 }
 
+// ---- update's size flags ----
+
+TEST(MemorySize, BytesOrANumberWithAUnit) {
+    EXPECT_EQ(*parse_memory_size("67108864"), 67108864);
+    EXPECT_EQ(*parse_memory_size("64m"), 64 << 20);
+    EXPECT_EQ(*parse_memory_size("64MB"), 64 << 20);
+    EXPECT_EQ(*parse_memory_size("1G"), 1 << 30);
+    EXPECT_EQ(*parse_memory_size("512k"), 512 << 10);
+    EXPECT_EQ(*parse_memory_size("1.5g"), 3 << 29);
+    EXPECT_EQ(*parse_memory_size("10b"), 10);
+    EXPECT_EQ(*parse_memory_size("-1"), -1);
+}
+
+// Found by tests/fuzz/resources.cpp: "-1.5g" became -1610612736, and "1e30g" or "nan"
+// reached a float-to-integer conversion that overflows (undefined behaviour).
+TEST(MemorySize, NegativeNotANumberAndTooLargeAreErrors) {
+    for (const char* bad : {"-1.5g", "-2", "-0.5", "1e30g", "1e19", "nan", "inf", "-inf", "9223372036854775808",
+                            "8589934592g", "0x10", "", "m", ".", " 1", "1 ", "1x", "+1"})
+        EXPECT_FALSE(parse_memory_size(bad)) << bad;
+    EXPECT_EQ(*parse_memory_size("9223372036854775807"), INT64_MAX);
+    EXPECT_EQ(parse_memory_size("1x").error().what(), "invalid size \"1x\"");
+}
+
 // ---- v1 ----
 
 TEST(CgroupPlanV1, MemoryFilesGoToTheMemoryHierarchyLimitBeforeMemsw) {

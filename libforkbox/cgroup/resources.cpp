@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <optional>
 #include <set>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -42,25 +41,42 @@ Result<int64_t> memory_swap_to_v2(int64_t swap, int64_t limit) {
     return swap - limit;
 }
 
-Result<int64_t> parse_memory_size(std::string_view text_view) {
-    std::string text(text_view);
-    auto invalid = [&] { return fail(EINVAL, "invalid size \"" + text + "\""); };
+Result<int64_t> parse_memory_size(std::string_view text) {
+    auto invalid = [&](std::string_view why = {}) {
+        return fail(EINVAL, "invalid size \"" + std::string(text) + "\"" + (why.empty() ? "" : ": ") + std::string(why));
+    };
     if (text == "-1") return -1;
-    size_t used = 0;
-    long double v;
-    try {
-        v = std::stold(text, &used);
-    } catch (const std::exception&) {
-        return invalid();
+    // Digits, an optional fraction, a unit; computed exactly in integers (no float to
+    // convert back: "1e30g" or "nan" there overflowed the conversion, undefined behaviour).
+    auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+    constexpr unsigned __int128 kMax = INT64_MAX;
+    unsigned __int128 whole = 0, frac = 0, scale = 1;
+    size_t i = 0;
+    for (; i < text.size() && is_digit(text[i]); ++i) {
+        whole = whole * 10 + static_cast<unsigned>(text[i] - '0');
+        if (whole > kMax) return invalid("larger than 2^63-1 bytes");
     }
-    std::string unit = text.substr(used);
-    long double mult = 1;
+    bool digits = i > 0;
+    if (i < text.size() && text[i] == '.') {
+        for (++i; i < text.size() && is_digit(text[i]); ++i) {
+            digits = true;
+            if (scale < static_cast<unsigned __int128>(1000000000000000000ULL)) {  // finer than a byte is moot
+                frac = frac * 10 + static_cast<unsigned>(text[i] - '0');
+                scale *= 10;
+            }
+        }
+    }
+    if (!digits) return invalid();
+    std::string_view unit = text.substr(i);
+    uint64_t mult;
     if (unit.empty() || unit == "b" || unit == "B") mult = 1;
-    else if (unit == "k" || unit == "K" || unit == "kb" || unit == "KB") mult = 1024.0L;
-    else if (unit == "m" || unit == "M" || unit == "mb" || unit == "MB") mult = 1024.0L * 1024;
-    else if (unit == "g" || unit == "G" || unit == "gb" || unit == "GB") mult = 1024.0L * 1024 * 1024;
+    else if (unit == "k" || unit == "K" || unit == "kb" || unit == "KB") mult = 1ULL << 10;
+    else if (unit == "m" || unit == "M" || unit == "mb" || unit == "MB") mult = 1ULL << 20;
+    else if (unit == "g" || unit == "G" || unit == "gb" || unit == "GB") mult = 1ULL << 30;
     else return invalid();
-    return static_cast<int64_t>(v * mult);
+    unsigned __int128 bytes = whole * mult + frac * mult / scale;
+    if (bytes > kMax) return invalid("larger than 2^63-1 bytes");
+    return static_cast<int64_t>(bytes);
 }
 
 namespace {
