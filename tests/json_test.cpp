@@ -138,6 +138,15 @@ TEST(JsonDocument, EmptyInputIsAnError) {
     EXPECT_EQ(d.error().context(), "invalid JSON: parse error: premature EOF");
 }
 
+// Found by tests/fuzz/sandbox_request.cpp ("sandbox/1 run" with no body): a default
+// string_view has no data pointer, and memchr(nullptr, ...) is undefined behaviour (UBSan
+// reports it under make check-asan).
+TEST(JsonDocument, EmptyViewWithoutDataIsAnError) {
+    auto d = Document::parse(std::string_view{});
+    ASSERT_FALSE(d);
+    EXPECT_EQ(d.error().context(), "invalid JSON: parse error: premature EOF");
+}
+
 TEST(JsonDocument, InvalidUtf8IsAnError) {
     auto d = Document::parse("{\"a\": \"\xff\"}");
     ASSERT_FALSE(d);

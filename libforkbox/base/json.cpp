@@ -264,8 +264,9 @@ size_t Value::size() const { return is_array() ? node().len : 0; }
 Value Value::at(size_t i) const { return Value(t_, t_->slots[node().off + i].node); }
 
 Result<Document> Document::parse(std::string_view text) {
-    // yajl_tree_parse, used before, read a C string: input ends at the first NUL.
-    if (const void* nul = std::memchr(text.data(), '\0', text.size()))
+    // yajl_tree_parse, used before, read a C string: input ends at the first NUL. (An empty
+    // view may have no data pointer at all: memchr must not see it.)
+    if (const void* nul = text.empty() ? nullptr : std::memchr(text.data(), '\0', text.size()))
         text = text.substr(0, static_cast<size_t>(static_cast<const char*>(nul) - text.data()));
     if (text.size() >= UINT32_MAX / 2) return fail(EINVAL, "invalid JSON: document too large");
 
