@@ -91,6 +91,17 @@ TEST(SeccompEvaluate, MalformedProgramsAreRefused) {
                                 native_seccomp_data(0, {})));
 }
 
+// Found by tests/fuzz/seccomp_compact.cpp: the bounds check added 4 to the 32-bit offset,
+// so 0xfffffffc wrapped to 0, passed, and the load read 4 GiB past seccomp_data.
+TEST(SeccompEvaluate, LoadAtAnOffsetThatWrapsIsRefused) {
+    sock_filter ok = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    for (uint32_t k : {0xfffffffcu, 0xfffffff8u, 0x80000000u})
+        EXPECT_EQ(seccomp_evaluate(std::vector<sock_filter>{BPF_STMT(BPF_LD | BPF_W | BPF_ABS, k), ok},
+                                   native_seccomp_data(0, {})),
+                  uint32_t{SECCOMP_RET_KILL_PROCESS})
+            << k;
+}
+
 TEST(SeccompEvaluate, ScratchMemoryAndAluWork) {
     // A = nr; M[0] = A; A = 7; A = A + M[0] via X; return ALLOW when nr + 7 == 10.
     std::vector<sock_filter> bpf{

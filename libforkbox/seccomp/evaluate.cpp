@@ -64,9 +64,10 @@ Evaluation evaluate(std::span<const sock_filter> program, const seccomp_data& da
             uint32_t v = 0;
             switch (BPF_MODE(f.code)) {
             case BPF_ABS:
-                // seccomp only allows aligned 32-bit loads inside seccomp_data.
+                // seccomp only allows aligned 32-bit loads inside seccomp_data. (Not f.k + 4 >
+                // sizeof raw: that sum wraps for f.k = 0xfffffffc.)
                 if (BPF_CLASS(f.code) != BPF_LD || BPF_SIZE(f.code) != BPF_W || f.k % 4 != 0 ||
-                    f.k + 4 > sizeof raw)
+                    f.k > sizeof raw - 4)
                     return e;
                 e.read_beyond_nr |= f.k >= offsetof(seccomp_data, instruction_pointer);
                 std::memcpy(&v, raw + f.k, 4);
