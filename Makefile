@@ -186,10 +186,11 @@ check-asan:
 	./build-asan/unit-tests
 	FORKBOX=$(CURDIR)/build-asan/forkbox FBHELPER=$(CURDIR)/build-asan/fbhelper bats integration/
 
-# Fuzzing (README.md, "Fuzzing"): each tests/fuzz/NAME.cpp is a libFuzzer target, built with
+# Fuzzing (README.md, `make fuzz`): each tests/fuzz/NAME.cpp is a libFuzzer target, built with
 # ASan and UBSan in $(FUZZ_BUILD) and run FUZZ_SECONDS on its seed corpus tests/fuzz/corpus/NAME
-# (what it learns goes to $(FUZZ_BUILD)/corpus/NAME). Any crash, leak, UB report, timeout or
-# failed property fails the run and leaves the input in $(FUZZ_BUILD)/crashes/.
+# (what it learns goes to $(FUZZ_BUILD)/corpus/NAME), with the dictionary tests/fuzz/NAME.dict
+# if there is one. Any crash, leak, UB report, timeout or failed property fails the run and
+# leaves the input in $(FUZZ_BUILD)/crashes/.
 FUZZ_SECONDS ?= 20
 FUZZ_BUILD ?= build/fuzz
 FUZZ_CXX ?= clang++-19
@@ -232,6 +233,7 @@ fuzz-run-%: $(FUZZ_BUILD)/bin/%
 	@echo "fuzz $*: $(FUZZ_SECONDS) s"
 	@if $(FUZZ_ENV) nice -n 10 ./$< -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 		-print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/crashes/$*- \
+		$(if $(wildcard tests/fuzz/$*.dict),-dict=tests/fuzz/$*.dict) \
 		$(FUZZ_BUILD)/corpus/$* tests/fuzz/corpus/$* >$(FUZZ_BUILD)/logs/$*.log 2>&1; then \
 		echo "fuzz $*: $$(grep -E '^#[0-9]+.*DONE' $(FUZZ_BUILD)/logs/$*.log | tail -1)"; \
 	else \

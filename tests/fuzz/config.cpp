@@ -6,43 +6,18 @@
 //  * the scan that cuts linux.seccomp out of the text (config_text.hpp, used to skip parsing
 //    a cached profile) agrees with the parser about which profile the config has;
 //  * a user namespace's id maps survive the zygote protocol's encoding.
-#include <set>
-
-#include "libforkbox/cgroup/cgroups.hpp"
-#include "libforkbox/cgroup/resources.hpp"
 #include "libforkbox/plan/plan.hpp"
 #include "libforkbox/seccomp/seccomp.hpp"
 #include "libforkbox/zygote/zygote.hpp"
 #include "oci/config_text.hpp"
 #include "oci/parse.hpp"
 #include "oci/validate.hpp"
+#include "tests/fuzz/cgroup_writes.hpp"
 #include "tests/fuzz/fuzz.hpp"
 
 using namespace forkbox;
 
 namespace {
-
-const std::vector<CgroupLayout>& layouts() {
-    static const std::vector<CgroupLayout> all = [] {
-        CgroupLayout v1;
-        v1.mode = CgroupMode::V1;
-        for (const char* c : {"name=systemd", "cpu,cpuacct", "memory", "cpuset", "pids", "devices", "blkio",
-                              "net_cls,net_prio", "hugetlb", "rdma"})
-            v1.hierarchies.push_back({std::string("/sys/fs/cgroup/") + c, false, c});
-        CgroupLayout v2;
-        v2.mode = CgroupMode::V2;
-        v2.hierarchies.push_back({"/sys/fs/cgroup", true, "cpuset,cpu,io,memory,hugetlb,pids,rdma,misc"});
-        CgroupLayout hybrid = parse_cgroup_layout(
-            "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
-            "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
-            "36 31 0:33 / /sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices\n"
-            "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n");
-        for (auto& h : hybrid.hierarchies)
-            if (h.unified) h.controllers = "hugetlb,pids";
-        return std::vector<CgroupLayout>{v1, v2, hybrid};
-    }();
-    return all;
-}
 
 bool clean_absolute(const std::string& p) { return clean_container_path(p) == p; }
 
@@ -52,21 +27,6 @@ void check_plan(const Plan& plan) {
     for (const auto& p : plan.masked_paths) FUZZ_CHECK(clean_absolute(p), "masked path " + p);
     for (const auto& p : plan.readonly_paths) FUZZ_CHECK(clean_absolute(p), "readonly path " + p);
     for (const auto& d : plan.devices) FUZZ_CHECK(clean_absolute(d.path), "device " + d.path);
-}
-
-void check_cgroup_writes(const oci::Resources& resources) {
-    for (const CgroupLayout& layout : layouts()) {
-        auto writes = plan_cgroup_writes(resources, layout);
-        if (writes) {
-            for (const auto& w : *writes) {
-                FUZZ_CHECK(w.hierarchy < layout.hierarchies.size(), w.file);
-                FUZZ_CHECK(!w.file.empty() && w.file.find('/') == std::string::npos && w.file != "." &&
-                               w.file != "..",
-                           "cgroup write to \"" + w.file + "\"");
-            }
-        }
-        (void)plan_device_program(resources, layout);
-    }
 }
 
 // The fields of a profile, for comparing two parses of one.
@@ -132,6 +92,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check_id_maps(*plan);
     (void)zygote::rootfs_template_fits(*plan);
     if (spec->linux && spec->linux->seccomp) (void)plan_seccomp(*spec->linux->seccomp);
-    if (spec->linux && spec->linux->resources) check_cgroup_writes(*spec->linux->resources);
+    if (spec->linux && spec->linux->resources) fuzz::check_cgroup_writes(*spec->linux->resources);
     return 0;
 }

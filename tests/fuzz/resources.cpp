@@ -5,42 +5,20 @@
 // same value.
 #include <string>
 
-#include "libforkbox/cgroup/cgroups.hpp"
-#include "libforkbox/cgroup/resources.hpp"
 #include "libforkbox/base/clock.hpp"
+#include "libforkbox/cgroup/resources.hpp"
 #include "oci/parse.hpp"
+#include "tests/fuzz/cgroup_writes.hpp"
 #include "tests/fuzz/fuzz.hpp"
 
 using namespace forkbox;
 
 namespace {
 
-const std::vector<CgroupLayout>& layouts() {
-    static const std::vector<CgroupLayout> all = [] {
-        CgroupLayout v1;
-        v1.mode = CgroupMode::V1;
-        for (const char* c : {"name=systemd", "cpu,cpuacct", "memory", "cpuset", "pids", "devices", "blkio",
-                              "net_cls,net_prio", "hugetlb", "rdma"})
-            v1.hierarchies.push_back({std::string("/sys/fs/cgroup/") + c, false, c});
-        CgroupLayout v2;
-        v2.mode = CgroupMode::V2;
-        v2.hierarchies.push_back({"/sys/fs/cgroup", true, "cpuset,cpu,io,memory,hugetlb,pids,rdma,misc"});
-        return std::vector<CgroupLayout>{v1, v2};
-    }();
-    return all;
-}
-
 void check_resources(std::string_view text) {
     auto resources = oci::parse_resources_json(text);
     if (!resources) return;
-    for (const CgroupLayout& layout : layouts()) {
-        auto writes = plan_cgroup_writes(*resources, layout);
-        if (writes)
-            for (const auto& w : *writes)
-                FUZZ_CHECK(!w.file.empty() && w.file.find('/') == std::string::npos && w.file != "." && w.file != "..",
-                           "cgroup write to \"" + w.file + "\"");
-        (void)plan_device_program(*resources, layout);
-    }
+    fuzz::check_cgroup_writes(*resources);
     if (resources->memory && resources->memory->limit)
         (void)memory_swap_to_v2(resources->memory->swap.value_or(0), *resources->memory->limit);
 }
