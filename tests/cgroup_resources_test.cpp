@@ -205,6 +205,23 @@ TEST(CgroupPlanV1, HugepagesUseLimitInBytes) {
     EXPECT_EQ(plan(r, v1_layout()), (std::vector<CgroupWrite>{{8, "hugetlb.2MB.limit_in_bytes", "4194304"}}));
 }
 
+// The page size becomes part of a file name: "2MB/../../../../etc/x" wrote outside the
+// container's cgroup (create and update alike). Seen while writing the fuzz targets'
+// property that every cgroup write names a plain file (tests/fuzz/cgroup_writes.hpp).
+TEST(CgroupPlan, HugepageSizeMustBeASizeNotAPath) {
+    for (const char* bad : {"2MB/../../../../etc/x", "../2MB", "2MB/", "2XB", "MB", "2mb", ".", "2MB "}) {
+        oci::Resources r;
+        r.hugepage_limits.push_back({bad, 1});
+        EXPECT_FALSE(plan_cgroup_writes(r, v1_layout())) << bad;
+        EXPECT_FALSE(plan_cgroup_writes(r, v2_layout())) << bad;
+    }
+    oci::Resources r;
+    r.hugepage_limits = {{"64KB", 1}, {"2MB", 2}, {"1GB", 3}};
+    EXPECT_EQ(plan(r, v2_layout()), (std::vector<CgroupWrite>{{0, "hugetlb.64KB.max", "1"},
+                                                              {0, "hugetlb.2MB.max", "2"},
+                                                              {0, "hugetlb.1GB.max", "3"}}));
+}
+
 // ---- v2 ----
 
 TEST(CgroupPlanV2, MemoryMinusOneIsMaxAndSwapIsConverted) {

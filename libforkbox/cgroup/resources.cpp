@@ -92,6 +92,14 @@ bool in_list(std::string_view list, std::string_view name) {
     return false;
 }
 
+// The kernel's names of huge page sizes in hugetlb file names: digits, then KB, MB or GB.
+bool is_hugepage_size(std::string_view s) {
+    if (s.size() < 3 || !s.ends_with('B') || std::string_view("KMG").find(s[s.size() - 2]) == std::string_view::npos)
+        return false;
+    std::string_view digits = s.substr(0, s.size() - 2);
+    return std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 std::string num(int64_t v) { return std::to_string(v); }
 std::string num(uint64_t v) { return std::to_string(v); }
 // -1 (and any negative) means no limit: "max" in v2 files.
@@ -331,6 +339,10 @@ Result<std::vector<CgroupWrite>> plan_cgroup_writes(const oci::Resources& r, con
     }
     if (r.block_io) FB_TRY(plan_block_io(p, *r.block_io));
     for (const auto& hp : r.hugepage_limits) {
+        // It becomes part of a file name: "2MB/../../x" would write outside the cgroup.
+        if (!is_hugepage_size(hp.page_size))
+            return fail(EINVAL, "linux.resources.hugepageLimits: pageSize \"" + hp.page_size +
+                                    "\" is not a huge page size (64KB, 2MB, 1GB, ...)");
         if (int h = p.v1("hugetlb"); h >= 0)
             p.add(h, "hugetlb." + hp.page_size + ".limit_in_bytes", num(hp.limit));
         else if (int h2 = p.v2("hugetlb"); h2 >= 0)
