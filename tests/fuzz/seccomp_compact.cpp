@@ -6,7 +6,9 @@
 // under several argument vectors.
 #include <linux/audit.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <set>
 #include <vector>
@@ -29,8 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto* p : {&program, &compact})
         for (const sock_filter& f : *p)
             for (uint32_t k : {f.k - 1, f.k, f.k + 1}) values.insert(k);
-    // At most 64 of them (every n-th), fewer for long programs, so an input stays cheap.
-    size_t most = program.size() <= 64 ? 64 : program.size() <= 512 ? 32 : 12;
+    // Every n-th of them: probes^2 * 3 runs of both programs, about 200k instructions each.
+    size_t most = std::clamp<size_t>(static_cast<size_t>(std::sqrt(200000.0 / (3.0 * static_cast<double>(program.size())))), 8, 64);
     std::vector<uint32_t> probes;
     size_t stride = (values.size() + most - 1) / most, i = 0;
     for (uint32_t v : values)
