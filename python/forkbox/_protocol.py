@@ -432,7 +432,7 @@ KINDS = ("run", "info", "object", "read", "list", "diff", "sessions")
 def _json_list(data: bytes, what: str) -> List[Any]:
     try:
         value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: nested too deep
         raise ProtocolError(f"daemon sent a {what} that is not JSON: {data[:200]!r} ({e})") from None
     if not isinstance(value, list):
         raise ProtocolError(f"daemon sent a {what} that is not a list: {data[:200]!r}")
@@ -502,7 +502,7 @@ class Exchange:
         if tag in (TAG_RESULT, TAG_ERROR):
             try:
                 obj = json.loads(msg[1:].decode("utf-8"))
-            except (UnicodeDecodeError, ValueError) as e:
+            except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: nested too deep
                 raise ProtocolError(f"daemon sent a final message that is not JSON: {msg[:200]!r} ({e})") from None
             self._final = (tag, obj)
             return True

@@ -133,8 +133,7 @@ class RunResult:
             return v if isinstance(v, int) and not isinstance(v, bool) else None
 
         def opt_float(key: str) -> Optional[float]:
-            v = obj.get(key)
-            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+            return _opt_number(obj, key)
 
         def count(key: str, default: int) -> int:
             v = opt_int(key)
@@ -195,7 +194,12 @@ def _str_field(obj: Mapping[str, Any], key: str, what: str) -> str:
 
 def _opt_number(obj: Mapping[str, Any], key: str) -> Optional[float]:
     v = obj.get(key)
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    try:
+        return float(v)
+    except OverflowError:  # an integer beyond a float's range
+        raise ProtocolError(f"daemon sent a {key!r} out of range: {str(v)[:40]}...") from None
 
 
 def _opt_int(obj: Mapping[str, Any], key: str) -> Optional[int]:
