@@ -519,22 +519,28 @@ void Server::on_control(uint64_t embryo_id) {
         auto r = runs_.find(e.run);
         if (r == runs_.end() || r->second->exited) return;
         Run& run = *r->second;
-        unsigned long long status = 0, user_us = 0, system_us = 0, rss_kb = 0;
-        long long written = 0;
-        std::sscanf(std::string(m.substr(1)).c_str(), "%llu %llu %llu %llu %lld", &status, &user_us, &system_us, &rss_kb, &written);
-        run.exited = true;
-        run.status = static_cast<int>(status);
-        run.ended = Clock::now();
-        run.usage.ru_utime.tv_sec = static_cast<time_t>(user_us / 1000000);
-        run.usage.ru_utime.tv_usec = static_cast<suseconds_t>(user_us % 1000000);
-        run.usage.ru_stime.tv_sec = static_cast<time_t>(system_us / 1000000);
-        run.usage.ru_stime.tv_usec = static_cast<suseconds_t>(system_us % 1000000);
-        run.usage.ru_maxrss = static_cast<long>(rss_kb);
-        run.usage_is_command = true;
-        run.written_bytes = written;
+        take_end_report(run, m.substr(1));
         run.timer.reset();
         maybe_finish(run);
     }
+}
+
+// "<wait status> <user us> <system us> <max rss KiB> <written bytes>": a run's end, from
+// its sandbox's init ("W", or "w<id> " in a session).
+void take_end_report(Run& r, std::string_view report) {
+    unsigned long long status = 0, user_us = 0, system_us = 0, rss_kb = 0;
+    long long written = 0;
+    std::sscanf(std::string(report).c_str(), "%llu %llu %llu %llu %lld", &status, &user_us, &system_us, &rss_kb, &written);
+    r.exited = true;
+    r.status = static_cast<int>(status);
+    r.ended = Clock::now();
+    r.usage.ru_utime.tv_sec = static_cast<time_t>(user_us / 1000000);
+    r.usage.ru_utime.tv_usec = static_cast<suseconds_t>(user_us % 1000000);
+    r.usage.ru_stime.tv_sec = static_cast<time_t>(system_us / 1000000);
+    r.usage.ru_stime.tv_usec = static_cast<suseconds_t>(system_us % 1000000);
+    r.usage.ru_maxrss = static_cast<long>(rss_kb);
+    r.usage_is_command = true;
+    r.written_bytes = written;
 }
 
 void Server::embryo_ready(Embryo& e) {

@@ -148,6 +148,9 @@ struct ForkJob {
     Clock::time_point asked = Clock::now();
 };
 
+// A run's end as its sandbox's init reports it (server.cpp).
+void take_end_report(Run& r, std::string_view report);
+
 class Server {
 public:
     Server(int handoff, int listener, const ServerOptions& o) : handoff_(handoff), listener_(listener), opt_(o) {}

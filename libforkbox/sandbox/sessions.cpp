@@ -236,19 +236,7 @@ void Server::on_session_message(Embryo& e, std::string_view m, std::vector<uniqu
         return;
     }
     if (tag != 'w' || r.exited) return;
-    unsigned long long status = 0, user_us = 0, system_us = 0, rss_kb = 0;
-    long long written = 0;
-    std::sscanf(std::string(rest).c_str(), "%llu %llu %llu %llu %lld", &status, &user_us, &system_us, &rss_kb, &written);
-    r.exited = true;
-    r.status = static_cast<int>(status);
-    r.ended = Clock::now();
-    r.usage.ru_utime.tv_sec = static_cast<time_t>(user_us / 1000000);
-    r.usage.ru_utime.tv_usec = static_cast<suseconds_t>(user_us % 1000000);
-    r.usage.ru_stime.tv_sec = static_cast<time_t>(system_us / 1000000);
-    r.usage.ru_stime.tv_usec = static_cast<suseconds_t>(system_us % 1000000);
-    r.usage.ru_maxrss = static_cast<long>(rss_kb);
-    r.usage_is_command = true;
-    r.written_bytes = written;
+    take_end_report(r, rest);
     r.timer.reset();
     // The run is its first process: what it wrote is in the pipes now. What it left running
     // in the background may hold them open; it does not hold up the result.
