@@ -186,25 +186,55 @@ w
 	[[ $output == *"$at  ${SESSIONS[-2]}"* ]] || fail "list shows no parent: $output"
 }
 
-@test "sandbox session: pause stops its processes and refuses runs, resume continues them; files stay readable" {
+@test "sandbox session: pause freezes its cgroup (a root daemon) and refuses runs and file verbs; resume thaws it" {
+	local marker=$((96543000 + $$ % 1000))
 	new_session
-	sb --session "$SID" -- sh -c '(while :; do echo x >> /tmp/ticks; sleep 0.05; done &) ; true'
-	sleep 0.3
+	[[ $(sb --info | jq -r .freezer) == cgroup ]] || skip "no cgroup freezer here"
+	sb --session "$SID" -- sh -c "(sleep $marker &) ; true"
+	local pid freezer
+	pid=$(wait_for_process sleep "sleep $marker" 10)
+	freezer=/sys/fs/cgroup/freezer$(awk -F: '$2 == "freezer" {print $3}' "/proc/$pid/cgroup")
+	[[ -f $freezer/freezer.state ]] || skip "no v1 freezer (pure v2: cgroup.freeze)"
+	[[ $(cat "$freezer/freezer.state") == THAWED ]] || fail "state before: $(cat "$freezer/freezer.state")"
 	run sb pause "$SID"
 	assert_success
-	local a b
-	a=$(sb get "$SID" /tmp/ticks | wc -l)
-	sleep 0.4
-	b=$(sb get "$SID" /tmp/ticks | wc -l)
-	[[ $a == "$b" ]] || fail "it went on while paused: $a then $b lines"
+	[[ $(cat "$freezer/freezer.state") == FROZEN ]] || fail "state paused: $(cat "$freezer/freezer.state")"
 	run --separate-stderr sb --session "$SID" -- true
+	assert_failure
+	[[ $stderr == *"paused"* ]] || fail "stderr: $stderr"
+	run --separate-stderr sb get "$SID" /etc/hostname
 	assert_failure
 	[[ $stderr == *"paused"* ]] || fail "stderr: $stderr"
 	run sb resume "$SID"
 	assert_success
-	sleep 0.4
-	b=$(sb get "$SID" /tmp/ticks | wc -l)
-	((b > a)) || fail "not resumed: $a then $b lines"
+	[[ $(cat "$freezer/freezer.state") == THAWED ]] || fail "state resumed: $(cat "$freezer/freezer.state")"
+	run sb --session "$SID" -- pgrep -c -f "sleep $marker"
+	assert_output 1
+	# A paused session closes (a frozen v1 task cannot die until thawed).
+	sb pause "$SID"
+	run sb close "$SID"
+	assert_success
+	no_process_matching "sleep $marker" 5
+}
+
+@test "sandbox session (user's daemon): pause stops its processes by signal; runs refused, files still readable" {
+	start_user_daemon
+	local id marker=$((96544000 + $$ % 1000))
+	id=$(usb create) || fail "create: $id"
+	[[ $(usb --info | jq -r .freezer) == signal ]] || fail "a user's daemon has no cgroups here"
+	usb --session "$id" -- sh -c "echo x > /tmp/f; (sleep $marker &) ; true"
+	local pid
+	pid=$(wait_for_process sleep "sleep $marker" 10)
+	usb pause "$id"
+	[[ $(awk '/^State:/ {print $2}' "/proc/$pid/status") == T ]] || fail "not stopped: $(grep State "/proc/$pid/status")"
+	run --separate-stderr usb --session "$id" -- true
+	assert_failure
+	[[ $stderr == *"paused"* ]] || fail "stderr: $stderr"
+	run usb get "$id" /tmp/f
+	assert_output x
+	usb resume "$id"
+	[[ $(awk '/^State:/ {print $2}' "/proc/$pid/status") == S ]] || fail "not continued: $(grep State "/proc/$pid/status")"
+	usb close "$id"
 }
 
 @test "sandbox session: ttl and idle expiry end it with the reason" {

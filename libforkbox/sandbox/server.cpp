@@ -68,7 +68,8 @@ CgroupLayout sandbox_layout(const CgroupLayout& host) {
             if (host.mode == CgroupMode::V2) out.hierarchies.push_back(h);
             continue;
         }
-        for (const char* c : {"memory", "pids", "cpu", "cpuacct"})
+        // The freezer too: a session's pause and a fork's capture freeze its cgroup.
+        for (const char* c : {"memory", "pids", "cpu", "cpuacct", "freezer"})
             if (hierarchy_has(h, c)) {
                 out.hierarchies.push_back(h);
                 break;
@@ -362,6 +363,8 @@ std::string Server::info_json() {
     w.key("service_pid").value(static_cast<int64_t>(::getpid()));
     w.key("mode").value(mapped_range_ ? "root" : "rootless");
     w.key("idmapped_lower").value(mapped_range_ && idmapped_lower_);
+    // How a session is paused (and held still for a fork): its cgroup's freezer, or SIGSTOP.
+    w.key("freezer").value(has_freezer() ? "cgroup" : "signal");
     w.key("limits").begin_object();
     w.key("memory").value(limit).key("pids").value(limit).key("cpu").value(use_cgroups_ ? "cgroup" : "none");
     w.end_object();
@@ -1252,6 +1255,8 @@ void Server::shutdown() {
         }
         r->replied = true;
     }
+    for (auto& [id, s] : sessions_)
+        if (s->frozen) (void)freeze_session(*s, false);  // a frozen v1 task cannot die
     for (auto& [id, f] : forks_) {
         std::string m = format_error(ErrorKind::SandboxError, "the daemon stopped");
         if (f->conn) ::send(f->conn.get(), m.data(), m.size(), MSG_DONTWAIT | MSG_NOSIGNAL);

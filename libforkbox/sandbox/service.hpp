@@ -124,6 +124,7 @@ struct Session {
     std::set<uint64_t> runs;  // live runs and file verbs
     uint64_t served = 0;
     bool paused = false;
+    bool frozen = false;  // by its cgroup's freezer (its init too: no file verb until resumed)
     // Who waits for the init's "s" / "t": a pause's or resume's connection, or a fork job.
     struct Waiter {
         char reply;  // 's' or 't'
@@ -216,6 +217,9 @@ private:
     void close_session(std::string id, const std::string& reason);  // by value: it erases its holder
     void start_fork(unique_fd conn, Session& parent, uint64_t count);
     void on_session_stopped(Session& s, char reply);
+    bool has_freezer() const;
+    Result<void> freeze_session(Session& s, bool frozen);  // its cgroup's freezer
+    void start_fork_children(ForkJob& job, Session& parent);
     void fork_child_copied(uint64_t job_id, uint64_t run_id);
     void fork_child_done(uint64_t job_id, uint64_t run_id, const std::string& session, const std::string& error);
     void resume_fork_parent(ForkJob& job);

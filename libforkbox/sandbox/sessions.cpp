@@ -16,6 +16,7 @@
 #include "libforkbox/base/log.hpp"
 #include "libforkbox/base/syscalls.hpp"
 #include "libforkbox/base/unix_socket.hpp"
+#include "libforkbox/cgroup/freezer.hpp"
 #include "libforkbox/cgroup/oom.hpp"
 #include "libforkbox/sandbox/embryo.hpp"
 #include "libforkbox/sandbox/service.hpp"
@@ -126,12 +127,22 @@ void Server::serve_session_verb(unique_fd conn, const FirstMessage& first, uid_t
         }
         bool pause = verb == "pause";
         Embryo* e = embryos_.count(s->embryo) ? embryos_.at(s->embryo).get() : nullptr;
-        bool pending = std::any_of(s->waiters.begin(), s->waiters.end(), [](auto& w) { return w.job; });
+        bool pending = std::any_of(s->waiters.begin(), s->waiters.end(), [](auto& w) { return w.job; }) ||
+                       std::any_of(forks_.begin(), forks_.end(), [&](auto& f) { return f.second->parent == s->id; });
         if (pause == s->paused || !e || !e->control || pending) {
             if (pending) {
                 reply_and_close(std::move(conn), format_error(ErrorKind::Busy, "the sandbox is being forked: retry later"));
                 return;
             }
+            reply_and_close(std::move(conn), result([&](json::Writer& w) { w.key("paused").value(s->paused); }));
+            return;
+        }
+        if (has_freezer()) {
+            if (auto done = freeze_session(*s, pause); !done) {
+                reply_and_close(std::move(conn), format_error(ErrorKind::SandboxError, verb + ": " + done.error().what()));
+                return;
+            }
+            s->paused = pause;
             reply_and_close(std::move(conn), result([&](json::Writer& w) { w.key("paused").value(s->paused); }));
             return;
         }
@@ -257,7 +268,9 @@ void Server::on_session_message(Embryo& e, std::string_view m, std::vector<uniqu
 
 void Server::start_in_session(Run& r, Session& s) {
     r.session = s.id;
-    if (s.paused && r.purpose == Run::Purpose::Command) {  // its files can still be read
+    // A session stopped by signals still reads and writes files (its init runs); one whose
+    // cgroup is frozen does nothing until resumed.
+    if (s.paused && (r.purpose == Run::Purpose::Command || s.frozen)) {
         fail_run(r, ErrorKind::SandboxError, "the sandbox " + s.id + " is paused: resume it first");
         return;
     }
@@ -353,6 +366,7 @@ void Server::close_session(std::string id, const std::string& reason) {
             finish_fork(job);
         }
     }
+    if (s.frozen) (void)freeze_session(s, false);  // a frozen v1 task cannot die
     uint64_t embryo = s.embryo;
     session_by_embryo_.erase(embryo);
     sessions_.erase(it);
@@ -371,32 +385,53 @@ void Server::on_session_stopped(Session& s, char reply) {
     s.waiters.pop_front();
     if (w.job) {
         auto job = forks_.find(w.job);
-        if (job == forks_.end()) return;
-        ForkJob& j = *job->second;
-        j.stopped = true;
-        uint64_t job_id = j.id, count = j.count;
-        for (uint64_t i = 0; i < count; ++i) {
-            RunRequest placeholder;
-            placeholder.network = s.kind.network;
-            placeholder.mounts = s.kind.mounts;
-            Run& r = start_run(unique_fd{}, std::move(placeholder), s.owner);
-            r.purpose = Run::Purpose::MakeSession;
-            r.make = s.settings;
-            r.parent = s.id;
-            r.job = job_id;
-            j.children.push_back(r.id);
-            auto id = start_embryo(s.kind, r.id, s.stage.get());
-            if (!id) {
-                fail_run(r, ErrorKind::SandboxError, "could not make the sandbox: " + id.error().what());
-                if (!forks_.count(job_id)) return;  // it ended with that failure
-                continue;
-            }
-            r.embryo = *id;
-        }
+        if (job != forks_.end()) start_fork_children(*job->second, s);
         return;
     }
     if (w.reply == 's' || w.reply == 't') s.paused = w.reply == 's';
     send_final(w.conn, result([&](json::Writer& wr) { wr.key("paused").value(s.paused); }));
+}
+
+// The parent is still: `count` children, each made from a copy of its stage.
+void Server::start_fork_children(ForkJob& j, Session& s) {
+    j.stopped = true;
+    uint64_t job_id = j.id, count = j.count;
+    for (uint64_t i = 0; i < count; ++i) {
+        RunRequest placeholder;
+        placeholder.network = s.kind.network;
+        placeholder.mounts = s.kind.mounts;
+        Run& r = start_run(unique_fd{}, std::move(placeholder), s.owner);
+        r.purpose = Run::Purpose::MakeSession;
+        r.make = s.settings;
+        r.parent = s.id;
+        r.job = job_id;
+        j.children.push_back(r.id);
+        auto id = start_embryo(s.kind, r.id, s.stage.get());
+        if (!id) {
+            fail_run(r, ErrorKind::SandboxError, "could not make the sandbox: " + id.error().what());
+            if (!forks_.count(job_id)) return;  // it ended with that failure
+            continue;
+        }
+        r.embryo = *id;
+    }
+}
+
+bool Server::has_freezer() const {
+    // A v1 freezer hierarchy, or v2's cgroup.freeze (the layout holds a v2 hierarchy only
+    // on a pure v2 host).
+    return use_cgroups_ && (layout_.unified() != nullptr ||
+                            std::any_of(layout_.hierarchies.begin(), layout_.hierarchies.end(),
+                                        [](const auto& h) { return hierarchy_has(h, "freezer"); }));
+}
+
+Result<void> Server::freeze_session(Session& s, bool frozen) {
+    auto e = embryos_.find(s.embryo);
+    if (e == embryos_.end()) return fail(ESRCH, "the sandbox is gone");
+    Freezer f = find_freezer(layout_, e->second->cgroup_dirs);
+    if (f.kind == Freezer::Kind::None) return fail(ENOTSUP, "no freezer");
+    FB_TRY(frozen ? freeze_cgroup(f) : thaw_cgroup(f));
+    s.frozen = frozen;
+    return {};
 }
 
 void Server::start_fork(unique_fd conn, Session& parent, uint64_t count) {
@@ -410,18 +445,30 @@ void Server::start_fork(unique_fd conn, Session& parent, uint64_t count) {
         reply_and_close(std::move(conn), format_error(ErrorKind::SandboxError, "the sandbox " + parent.id + " is gone"));
         return;
     }
-    auto job = std::make_unique<ForkJob>();
-    job->id = next_id_++;
-    job->conn = std::move(conn);
-    job->parent = parent.id;
-    job->count = count;
-    job->was_paused = parent.paused;
-    uint64_t id = job->id;
-    forks_[id] = std::move(job);
-    // Stopped first (unless paused already), so that the children copy a still state.
-    if (!parent.paused) ::send(it->second->control.get(), "S", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-    parent.waiters.push_back(Session::Waiter{'s', {}, id});
-    if (parent.paused) on_session_stopped(parent, 's');
+    auto made = std::make_unique<ForkJob>();
+    made->id = next_id_++;
+    made->conn = std::move(conn);
+    made->parent = parent.id;
+    made->count = count;
+    made->was_paused = parent.paused;
+    uint64_t id = made->id;
+    forks_[id] = std::move(made);
+    // Held still first (unless paused already), so that the children copy a still state:
+    // its cgroup frozen, or each process stopped by its init (SIGSTOP).
+    ForkJob& job = *forks_.at(id);
+    if (parent.paused) {
+        start_fork_children(job, parent);
+    } else if (has_freezer()) {
+        if (auto frozen = freeze_session(parent, true); !frozen) {
+            send_final(job.conn, format_error(ErrorKind::SandboxError, "fork: freeze: " + frozen.error().what()));
+            forks_.erase(id);
+            return;
+        }
+        start_fork_children(job, parent);
+    } else {
+        ::send(it->second->control.get(), "S", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+        parent.waiters.push_back(Session::Waiter{'s', {}, id});
+    }
 }
 
 void Server::fork_child_copied(uint64_t job_id, uint64_t run_id) {
@@ -438,6 +485,11 @@ void Server::resume_fork_parent(ForkJob& job) {
     if (job.was_paused) return;
     auto s = sessions_.find(job.parent);
     if (s == sessions_.end()) return;
+    if (s->second->frozen) {
+        if (auto thawed = freeze_session(*s->second, false); !thawed)
+            log::warn("sandbox: fork: thaw " + job.parent + ": " + thawed.error().what());
+        return;
+    }
     auto e = embryos_.find(s->second->embryo);
     if (e == embryos_.end() || !e->second->control) return;
     ::send(e->second->control.get(), "T", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
