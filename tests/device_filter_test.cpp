@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "libforkbox/cgroup/bpf.hpp"
 #include "libforkbox/cgroup/resources.hpp"
+#include "libforkbox/plan/plan.hpp"
 
 using namespace forkbox;
 
@@ -273,6 +275,77 @@ TEST(DeviceFilterV1, TheV1PlanWritesTheSameRulesInTheSameOrder) {
     auto prog = plan_device_program(r, v1);
     ASSERT_TRUE(prog);
     EXPECT_FALSE(prog->has_value());  // v1 enforces them
+}
+
+// ---- a spec without device rules (Plan::resources) ----
+
+namespace {
+// The plan of a spec that has no linux.resources.devices.
+oci::Resources resources_without_rules() {
+    oci::Spec s;
+    s.root = oci::Root{"rootfs", false};
+    s.process = oci::Process{};
+    s.process->args = {"sh"};
+    auto plan = make_plan(s, PlanOptions{"c1", "/b"});
+    EXPECT_TRUE(plan) << (plan ? "" : plan.error().what());
+    return plan ? plan->resources : oci::Resources{};
+}
+}  // namespace
+
+TEST(DeviceRulesWithoutRules, AreRuncsDefaultsAfterADenyAll) {
+    // What runc 1.1.5 leaves in devices.list for such a spec (measured), tun (c 10:200) aside.
+    auto cg = emulate_device_rules(effective_device_rules(resources_without_rules().devices));
+    ASSERT_TRUE(cg) << cg.error().what();
+    EXPECT_FALSE(cg->default_allow);
+    const uint32_t RWM = R | W | M;
+    EXPECT_EQ(cg->exceptions, (std::vector<DeviceException>{{'c', -1, -1, M},
+                                                             {'b', -1, -1, M},
+                                                             {'c', 1, 3, RWM},
+                                                             {'c', 1, 8, RWM},
+                                                             {'c', 1, 7, RWM},
+                                                             {'c', 5, 0, RWM},
+                                                             {'c', 1, 5, RWM},
+                                                             {'c', 1, 9, RWM},
+                                                             {'c', 136, -1, RWM},
+                                                             {'c', 5, 2, RWM}}));
+}
+
+TEST(DeviceRulesWithoutRules, V1StartsFromADenyAllAndNeverAllowsEverything) {
+    CgroupLayout v1;
+    v1.mode = CgroupMode::V1;
+    v1.hierarchies.push_back({"/sys/fs/cgroup/devices", false, "devices"});
+    auto w = plan_cgroup_writes(resources_without_rules(), v1);
+    ASSERT_TRUE(w) << w.error().what();
+    ASSERT_FALSE(w->empty());
+    EXPECT_EQ(w->front(), (CgroupWrite{0, "devices.deny", "a"}));
+    for (const auto& write : *w) EXPECT_FALSE(write.file == "devices.allow" && write.value.starts_with("a")) << write.value;
+    EXPECT_NE(std::find(w->begin(), w->end(), CgroupWrite{0, "devices.allow", "c 1:3 rwm"}), w->end());
+}
+
+TEST(DeviceRulesWithoutRules, V2GetsAProgramThatDeniesKmsgAndAllowsNull) {
+    CgroupLayout v2;
+    v2.mode = CgroupMode::V2;
+    v2.hierarchies.push_back({"/sys/fs/cgroup", true, "memory,pids"});
+    auto prog = plan_device_program(resources_without_rules(), v2);
+    ASSERT_TRUE(prog) << prog.error().what();
+    ASSERT_TRUE(prog->has_value());
+    EXPECT_EQ(run(**prog, C, R, 1, 11), 0);  // /dev/kmsg
+    EXPECT_EQ(run(**prog, B, R, 8, 0), 0);
+    EXPECT_EQ(run(**prog, C, R | W, 1, 3), 1);
+    EXPECT_EQ(run(**prog, C, M, 1, 11), 1);  // mknod stays allowed; open is what fails
+}
+
+TEST(DeviceRulesWithoutRules, AnUpdateWithoutRulesLeavesTheDeviceCgroupAlone) {
+    CgroupLayout v1;
+    v1.mode = CgroupMode::V1;
+    v1.hierarchies.push_back({"/sys/fs/cgroup/devices", false, "devices"});
+    oci::Resources update;
+    auto w = plan_cgroup_writes(update, v1, DeviceCgroup{});
+    ASSERT_TRUE(w);
+    EXPECT_TRUE(w->empty());
+    auto prog = plan_device_program(update, v1);
+    ASSERT_TRUE(prog);
+    EXPECT_FALSE(prog->has_value());
 }
 
 // ---- the kernel's verifier (root only) ----

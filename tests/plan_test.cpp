@@ -711,6 +711,59 @@ TEST(Plan, LinuxDeviceWithoutModeOrOwnerGets0666AndRoot) {
     EXPECT_EQ(p.devices.size(), default_devices().size() + 1);
 }
 
+// ---- make_plan: device rules (Plan::resources) ----
+
+bool is_deny_all(const DeviceRule& r) {
+    return !r.allow && r.type == "a" && !r.major && !r.minor && r.access == "rwm";
+}
+
+TEST(Plan, WithoutLinuxResourcesTheDeviceRulesAreADenyAll) {
+    // runc's specconv: a container never keeps its parent's device access.
+    Spec s = minimal_spec();
+    auto p = plan_of(s);
+    ASSERT_EQ(p.resources.devices.size(), 1u);
+    EXPECT_TRUE(is_deny_all(p.resources.devices[0]));
+    s.linux.reset();
+    p = plan_of(s);
+    ASSERT_EQ(p.resources.devices.size(), 1u);
+    EXPECT_TRUE(is_deny_all(p.resources.devices[0]));
+}
+
+TEST(Plan, ResourcesWithoutDeviceRulesGetADenyAllAndKeepTheirLimits) {
+    Spec s = minimal_spec();
+    s.linux->resources = Resources{};
+    s.linux->resources->pids_limit = 42;
+    auto p = plan_of(s);
+    ASSERT_EQ(p.resources.devices.size(), 1u);
+    EXPECT_TRUE(is_deny_all(p.resources.devices[0]));
+    EXPECT_EQ(p.resources.pids_limit, 42);
+}
+
+TEST(Plan, TheSpecsDeviceRulesAreKeptAsTheyAre) {
+    Spec s = minimal_spec();
+    s.linux->resources = Resources{};
+    s.linux->resources->devices = {DeviceRule{true, "c", 10, 229, "rw"}};
+    auto p = plan_of(s);
+    ASSERT_EQ(p.resources.devices.size(), 1u);  // no deny-all added: create starts from one anyway
+    EXPECT_TRUE(p.resources.devices[0].allow);
+    EXPECT_EQ(p.resources.devices[0].major, 10);
+}
+
+TEST(Plan, ARootlessPlanHasNoDeviceRulesButKeepsItsLimits) {
+    Spec s = minimal_spec();
+    s.linux->resources = Resources{};
+    s.linux->resources->devices = {DeviceRule{false, "a", std::nullopt, std::nullopt, "rwm"}};
+    s.linux->resources->pids_limit = 7;
+    auto p = make_plan(s, PlanOptions{"c1", kBundle, false});
+    ASSERT_TRUE(p) << p.error().what();
+    EXPECT_TRUE(p->resources.devices.empty());
+    EXPECT_EQ(p->resources.pids_limit, 7);
+    s.linux->resources.reset();
+    p = make_plan(s, PlanOptions{"c1", kBundle, false});
+    ASSERT_TRUE(p) << p.error().what();
+    EXPECT_TRUE(p->resources.devices.empty());
+}
+
 // ---- make_plan: paths, identity, process, cgroups, hooks ----
 
 TEST(Plan, MaskedAndReadonlyPathsAreCleaned) {

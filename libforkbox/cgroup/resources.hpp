@@ -47,7 +47,8 @@ Result<void> load_v2_controllers(CgroupLayout& layout);
 // that no hierarchy can hold is an error. runc's default devices are allowed after the
 // configured device rules, when device rules are applied: from "devices.deny a" on, or, given
 // `devices_now` (read_device_cgroup of a live container), as the minimal transition from
-// that state (devices_v1.hpp).
+// that state (devices_v1.hpp). No device rules leave the device cgroup as it is (an update
+// without any); create always has some (Plan::resources).
 // Device rules on a host without a v1 devices hierarchy are plan_device_program's.
 Result<std::vector<CgroupWrite>> plan_cgroup_writes(const oci::Resources& resources,
                                                     const CgroupLayout& layout,

@@ -295,7 +295,7 @@ public:
 private:
     const oci::Spec& spec() const { return cfg_.spec; }
     Result<void> clone_init(uint64_t flags);
-    Result<void> run_without_cgroups(const Error& refused, std::vector<CgroupWrite>& writes);
+    Result<void> run_without_cgroups(const Error& refused, const std::vector<CgroupWrite>& writes);
 
     const StateStore& store_;
     const CreateOptions& opt_;
@@ -344,7 +344,7 @@ Result<void> ContainerCreation::load_and_plan() {
     if (!pty_master_ || !opt_.console_socket.empty())
         FB_TRY(check_console_options(terminal_, true, opt_.console_socket));
     if (!terminal_) pty_master_ = nullptr;
-    FB_ASSIGN(plan_, make_plan(spec(), PlanOptions{opt_.id, bundle_}));
+    FB_ASSIGN(plan_, make_plan(spec(), PlanOptions{opt_.id, bundle_, !rootless_mode().any()}));
     trace::mark("create: planned");
     // Zygote mode: asked now, taken before the cgroups; the daemon answers meanwhile.
     warm_request_.emplace(ask_warm_template(opt_, spec(), plan_, cfg_.text), zygote::cgroup_parent(plan_.cgroups_path));
@@ -407,12 +407,12 @@ Result<void> ContainerCreation::place_cgroups() {
     FB_ASSIGN(layout_, detect_cgroup_layout());
     trace::mark("create: cgroup layout");
     // Planned before any cgroup exists, so a limit this host cannot hold fails create cleanly.
-    std::vector<CgroupWrite> cgroup_writes;
-    if (spec().linux && spec().linux->resources) {
-        if (layout_.unified()) FB_TRY_CTX(load_v2_controllers(layout_), "cgroup");
-        FB_ASSIGN(cgroup_writes, plan_cgroup_writes(*spec().linux->resources, layout_));
-        FB_ASSIGN(device_program_, plan_device_program(*spec().linux->resources, layout_));
-    }
+    // Device rules even without linux.resources (Plan::resources). They need no list of v2
+    // controllers (v1's devices controller, or a program), the limits do.
+    if (layout_.unified() && spec().linux && spec().linux->resources)
+        FB_TRY_CTX(load_v2_controllers(layout_), "cgroup");
+    FB_ASSIGN(std::vector<CgroupWrite> cgroup_writes, plan_cgroup_writes(plan_.resources, layout_));
+    FB_ASSIGN(device_program_, plan_device_program(plan_.resources, layout_));
     // Zygote mode: fresh namespaces and spare cgroups from a warm template instead of
     // making them now. Taken right before the cgroups, which consume the spares.
     warm_ = WarmStart::from(warm_request_->take());
@@ -462,14 +462,12 @@ Result<void> ContainerCreation::place_cgroups() {
 
 // runc's rootless contract: without permission for cgroups, a container that names no
 // cgroupsPath and sets no limits runs in the caller's cgroup; one that does fails. Device
-// rules are not limits here: a user namespace cannot make device nodes, only bind the
-// spec's own from the host.
-Result<void> ContainerCreation::run_without_cgroups(const Error& refused, std::vector<CgroupWrite>& writes) {
+// rules are not limits here: a rootless plan has none (PlanOptions::restrict_devices).
+Result<void> ContainerCreation::run_without_cgroups(const Error& refused, const std::vector<CgroupWrite>& writes) {
     int e = refused.errnum();
     if ((e != EACCES && e != EPERM && e != EROFS) || !rootless_mode().any()) return std::unexpected(refused);
     if (spec().linux && !spec().linux->cgroups_path.empty())
         return std::unexpected(refused.wrap("unable to apply cgroup configuration"));
-    std::erase_if(writes, [](const CgroupWrite& w) { return w.file.starts_with("devices."); });
     if (!writes.empty())
         return fail(e, "rootless needs no limits + no cgrouppath when no permission is granted for cgroups");
     log::debug("rootless: no permission for cgroups (" + refused.what() + "): the container stays in ours");

@@ -327,6 +327,11 @@ Result<Plan> make_plan(const oci::Spec& spec, const PlanOptions& options) {
         plan.cgroups_path = clean_container_path(linux.cgroups_path);
     else
         plan.cgroups_path = clean_container_path("/forkbox/" + linux.cgroups_path);
+    if (linux.resources) plan.resources = *linux.resources;
+    if (!options.restrict_devices)
+        plan.resources.devices.clear();
+    else if (plan.resources.devices.empty())
+        plan.resources.devices.push_back(oci::DeviceRule{false, "a", std::nullopt, std::nullopt, "rwm"});
 
     if (spec.hooks) {
         plan.hooks.prestart = spec.hooks->prestart;

@@ -102,7 +102,14 @@ struct Plan {
 
     // Process.
     oci::Process process;
+
+    // Cgroups.
     std::string cgroups_path;  // resolved: absolute inside each hierarchy
+    // linux.resources as create applies them, with the device rules runc's specconv gives a
+    // container: the spec's, or a deny-all when it has none (a container never keeps its
+    // parent's device access); the cgroup planner allows the default devices after them
+    // (effective_device_rules). No device rules when PlanOptions::restrict_devices is false.
+    oci::Resources resources;
 
     HookPlan hooks;
 };
@@ -110,6 +117,11 @@ struct Plan {
 struct PlanOptions {
     std::string id;
     std::string bundle;  // absolute
+    // False for a rootless caller (euid != 0, or in a user namespace): v1's devices.allow and
+    // devices.deny and v2's device programs need CAP_SYS_ADMIN in the initial user namespace
+    // (EPERM otherwise), and runc ignores the devices controller then. The container's
+    // device access is its caller's.
+    bool restrict_devices = true;
 };
 
 // Spec (already validated) -> Plan. Fails only for values that validation cannot judge alone.

@@ -41,6 +41,7 @@
 #include "libforkbox/mount/rootfs.hpp"
 #include "libforkbox/plan/plan.hpp"
 #include "libforkbox/process/namespaces.hpp"
+#include "libforkbox/process/rootless.hpp"
 #include "libforkbox/process/signals.hpp"
 #include "libforkbox/sandbox/request.hpp"
 #include "libforkbox/sandbox/server.hpp"
@@ -152,16 +153,15 @@ Result<const RootfsRecipe*> recipe_for(std::map<std::string, RootfsRecipe>& reci
     if (!spec) return std::unexpected(spec.error());
     FB_TRY(oci::validate(*spec));
     RootfsRecipe recipe;
-    FB_ASSIGN(recipe.plan, make_plan(*spec, PlanOptions{"zygote-template", bundle}));
+    FB_ASSIGN(recipe.plan, make_plan(*spec, PlanOptions{"zygote-template", bundle, !rootless_mode().any()}));
     if (!rootfs_template_fits(recipe.plan)) return fail(EINVAL, "no rootfs template fits " + bundle);
     FB_ASSIGN(recipe.layout, detect_cgroup_layout());
-    if (spec->linux && spec->linux->resources) {
-        // Clients load it themselves when this fails.
-        auto program = plan_device_program(*spec->linux->resources, recipe.layout);
-        if (program && *program) {
-            auto loaded = bpf_prog_load(BPF_PROG_TYPE_CGROUP_DEVICE, **program, kDeviceProgramName);
-            if (loaded) recipe.device_program = std::move(*loaded);
-        }
+    // The program a client's plan gives it, from the same Plan::resources. Clients load it
+    // themselves when this fails.
+    auto program = plan_device_program(recipe.plan.resources, recipe.layout);
+    if (program && *program) {
+        auto loaded = bpf_prog_load(BPF_PROG_TYPE_CGROUP_DEVICE, **program, kDeviceProgramName);
+        if (loaded) recipe.device_program = std::move(*loaded);
     }
     if (recipes.size() >= 64) recipes.clear();  // kinds come and go: a bound, not an LRU
     return &recipes.emplace(id, std::move(recipe)).first->second;
