@@ -160,6 +160,26 @@ program_tag() {
 	assert_stderr_contains "No space left on device"
 }
 
+@test "without device rules (or resources) a container still gets a device program: the default devices work, others fail with EPERM" {
+	device_node loopctl 10 237
+	local variant
+	for variant in 'del(.linux.resources.devices)' 'del(.linux.resources)'; do
+		update_config "$variant"
+		run_sh ': </tmp/loopctl'
+		assert_failure
+		assert_stderr_contains "can't open /tmp/loopctl: Operation not permitted"
+		run_sh 'echo x >/dev/null && head -c 3 /dev/zero | wc -c && head -c 1 /dev/urandom >/dev/null && echo ok'
+		assert_success
+		assert_line 3
+		assert_line ok
+	done
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	run device_programs
+	assert_success
+	[[ ${#lines[@]} -eq 1 ]] || fail "expected one device program: $output"
+}
+
 @test "device rules apply in order, a later rule winning, and per access type" {
 	device_node loopctl 10 237
 	set_device_rules '[{"allow": false, "access": "rwm"}, {"allow": true, "type": "c", "major": 10, "minor": 237, "access": "r"}]'
@@ -374,11 +394,12 @@ program_tag() {
 	refute_line --partial "$CID"
 }
 
-@test "zygote: a rootfs template brings the device program loaded, the same program a cold create loads" {
+@test "zygote: a rootfs template brings the device program loaded, the same program a cold create loads (no device rules in the spec)" {
 	skip_if_runc "zygote mode is forkbox's own"
 	command -v bpftool >/dev/null || skip "bpftool is missing (apt-get install bpftool)"
 	device_node loopctl 10 237
-	set_device_rules '[{"allow": false, "access": "rwm"}]'
+	# No device rules: the program is the deny-all's with the default devices (Plan::resources).
+	update_config 'del(.linux.resources.devices)'
 	set_args /bin/sh -c 'if (: </tmp/loopctl) 2>/dev/null; then echo read-ok; else echo denied; fi'
 	create_container "$CID"
 	local cold_tag

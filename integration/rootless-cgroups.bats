@@ -190,6 +190,23 @@ no_pidns_config() {
 	assert_output --regexp ":memory:/$CG_NAME/$CID\$"
 }
 
+# The v1 devices controller takes devices.allow and devices.deny from CAP_SYS_ADMIN in the
+# initial user namespace only: runc ignores it for rootless containers, and so does forkbox,
+# with the device rules of the spec or without any.
+@test "a rootless container in a delegated cgroup runs with device rules or without, its devices cgroup untouched" {
+	local rules
+	for rules in '[{"allow": false, "access": "rwm"}]' '[]'; do
+		update_config '.linux.resources.devices = $r' --argjson r "$rules"
+		start_detached "$CID"
+		run cg_value devices devices.list
+		assert_output "a *:* rwm"
+		run rl_runtime exec "$CID" /bin/sh -c 'echo x >/dev/null && echo ok'
+		assert_success
+		assert_output ok
+		rl_runtime delete --force "$CID"
+	done
+}
+
 @test "a rootless container's exec'd process joins the container's cgroups" {
 	start_detached "$CID"
 	run --separate-stderr rl_runtime exec "$CID" /bin/sh -c 'cat /proc/self/cgroup; echo --; cat /proc/1/cgroup'

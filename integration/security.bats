@@ -438,21 +438,80 @@ refute_exe_hunt_hits() {
 
 # runc's rule: linux.devices are made in the rootfs, and the device cgroup allows only the
 # default devices and linux.resources.devices. A device the rules deny stays denied in
-# run, in exec, and after an update that does not touch the device rules.
+# run, in exec, and after an update that does not touch the device rules. /dev/kmsg is
+# opened for writing only (nothing is written): a read open needs CAP_SYSLOG when
+# kernel.dmesg_restrict is 1, which would fail with EPERM whatever the device cgroup says.
 @test "a device in linux.devices but denied by the device rules cannot be opened, in run, exec and after update" {
 	update_config '.linux.devices = [{"path": "/dev/kmsg", "type": "c", "major": 1, "minor": 11, "fileMode": 420}]
 		| .linux.resources.devices = [{"allow": false, "access": "rwm"}]
 		| .linux.cgroupsPath = $p' --arg p "/$CID-dev"
 	set_args /bin/fbhelper sleep 100
 	run_detached "$CID"
-	run runtime exec "$CID" /bin/sh -c 'test -c /dev/kmsg && echo made; head -c1 /dev/kmsg >/dev/null 2>&1 || echo denied'
+	run runtime exec "$CID" /bin/sh -c 'test -c /dev/kmsg && echo made; { true >/dev/kmsg; } 2>/dev/null || echo denied'
 	assert_success
 	assert_output "made
 denied"
 	run runtime update --pids-limit 50 "$CID"
 	assert_success
-	run runtime exec "$CID" /bin/sh -c 'head -c1 /dev/kmsg >/dev/null 2>&1 || echo denied; echo x >/dev/null && echo null-ok'
+	run runtime exec "$CID" /bin/sh -c '{ true >/dev/kmsg; } 2>/dev/null || echo denied; echo x >/dev/null && echo null-ok'
 	assert_success
 	assert_output "denied
 null-ok"
+}
+
+# runc's specconv: without linux.resources.devices (or without linux.resources at all) a
+# container still gets a deny-all and runc's default devices, never its parent's "a *:* rwm".
+# The nodes: /dev/kmsg from linux.devices (made, not allowed; opened for writing, as above),
+# loop-control (c 10:237) made by the host in the rootfs (no capability needed inside);
+# neither is a default device.
+no_device_rules_config() {
+	update_config '.linux.devices = [{"path": "/dev/kmsg", "type": "c", "major": 1, "minor": 11, "fileMode": 420}]
+		| .linux.cgroupsPath = $p | del(.linux.resources.devices)' --arg p "/$CID-dev"
+	mknod "$BUNDLE/rootfs/tmp/loopctl" c 10 237
+}
+
+# check_default_devices_only: the container's device access as runc's defaults give it, seen
+# from `exec` (a process that joins the container's cgroup) and from the v1 devices.list.
+check_default_devices_only() {
+	run --separate-stderr runtime exec "$CID" /bin/sh -c ': >/dev/kmsg'
+	assert_failure
+	assert_stderr_contains "can't create /dev/kmsg: Operation not permitted"
+	run --separate-stderr runtime exec "$CID" /bin/sh -c ': </tmp/loopctl'
+	assert_failure
+	assert_stderr_contains "can't open /tmp/loopctl: Operation not permitted"
+	run runtime exec "$CID" /bin/sh -c 'echo x >/dev/null && head -c 3 /dev/zero | wc -c && head -c 1 /dev/urandom >/dev/null && test -c /dev/tty && echo ok'
+	assert_success
+	assert_output "3
+ok"
+	local list=/sys/fs/cgroup/devices/$CID-dev/devices.list
+	if [[ -f $list ]]; then
+		run cat "$list"
+		refute_line "a *:* rwm"
+		assert_line "c 1:3 rwm"
+		assert_line "c 136:* rwm"
+		assert_line "c 5:2 rwm"
+	fi
+}
+
+@test "without device rules a container opens only the default devices: others fail with EPERM (run and exec)" {
+	no_device_rules_config
+	set_args /bin/sh -c ': >/dev/kmsg'
+	run --separate-stderr runtime run --bundle "$BUNDLE" "$CID"
+	assert_failure
+	assert_stderr_contains "can't create /dev/kmsg: Operation not permitted"
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	check_default_devices_only
+	# An update without device rules leaves them as they are.
+	run runtime update --pids-limit 50 "$CID"
+	assert_success
+	check_default_devices_only
+}
+
+@test "without linux.resources at all a container still gets the deny-all and the default devices" {
+	no_device_rules_config
+	update_config 'del(.linux.resources)'
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	check_default_devices_only
 }

@@ -327,6 +327,27 @@ spares_of() {
 	done
 }
 
+@test "zygote: a warm container without device rules gets the deny-all and the default devices, as a cold one" {
+	[[ -f /sys/fs/cgroup/devices/devices.list ]] || skip "no cgroup v1 devices hierarchy on this host"
+	update_config 'del(.linux.resources.devices)'
+	mknod "$BUNDLE/rootfs/tmp/loopctl" c 10 237
+	runtime run --detach --bundle "$BUNDLE" "$CID-cold" </dev/null >/dev/null 2>&1 3>&- 4>&-
+	local cold
+	cold=$(sort /sys/fs/cgroup/devices/forkbox/"$CID"-cold/devices.list)
+	runtime delete --force "$CID-cold"
+	start_daemon --pool 1 --warm "$BUNDLE"
+	wait_full
+	zrun --debug run --detach --bundle "$BUNDLE" "$CID" </dev/null >/dev/null 2>"$BATS_TEST_TMPDIR/warm.err" 3>&- 4>&-
+	grep -q "zygote: warm" "$BATS_TEST_TMPDIR/warm.err" || fail "not warm: $(cat "$BATS_TEST_TMPDIR/warm.err")"
+	run sort /sys/fs/cgroup/devices/forkbox/"$CID"/devices.list
+	assert_output "$cold"
+	refute_line "a *:* rwm"
+	assert_line "c 1:3 rwm"
+	run --separate-stderr runtime exec "$CID" /bin/sh -c ': </tmp/loopctl'
+	assert_failure
+	assert_stderr_contains "can't open /tmp/loopctl: Operation not permitted"
+}
+
 @test "zygote: a create that fails after asking the daemon leaves no spare cgroup behind" {
 	[[ -f /sys/fs/cgroup/cpu/cgroup.procs ]] || skip "no cgroup v1 cpu hierarchy on this host"
 	start_daemon --pool 2 --warm "$BUNDLE"
