@@ -1248,6 +1248,11 @@ void Server::dispatch(const epoll_event& ev) {
 }
 
 void Server::shutdown() {
+    // The daemon's listener first: a daemon started after this one's death must not find it
+    // still accepting (zygote/daemon.cpp asks again for a moment, then gives up).
+    unwatch(listener_);
+    ::close(listener_);
+    listener_ = -1;
     for (auto& [id, r] : runs_) {
         if (!r->client_gone && !r->replied) {
             std::string m = format_error(ErrorKind::SandboxError, "the daemon stopped");

@@ -532,10 +532,15 @@ Result<void> Daemon::listen_socket() {
         ::mkdir(path.substr(0, slash).c_str(), 0700);
     listener_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!listener_) return sys_error("socket");
-    // A socket file nobody listens on is left over from a daemon that died: replace it.
-    unique_fd probe(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-    if (::connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0)
-        return fail(EADDRINUSE, "another daemon is serving " + path);
+    // A socket file nobody listens on is left over from a daemon that died: replace it. One
+    // that still answers for a moment may be a killed daemon's sandbox service on its way
+    // out (it closes the shared listener when it hears of the death): asked again for 200 ms.
+    for (int attempt = 0;; ++attempt) {
+        unique_fd probe(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+        if (::connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0) break;
+        if (attempt == 20) return fail(EADDRINUSE, "another daemon is serving " + path);
+        ::usleep(10000);
+    }
     ::unlink(path.c_str());
     // Only root (the owner) may talk to us: mode 0600 from the start, and SO_PEERCRED later.
     mode_t old = ::umask(0177);
