@@ -226,6 +226,19 @@ TEST(SandboxRelease, RoundTrips) {
     EXPECT_EQ(*back, r);
     EXPECT_FALSE(Release::decode(std::string("/\0x\0", 4)));
     // A number past 64 bits is malformed, not an exception (found by the sandbox_request fuzz target).
+    // Module names are not empty (found by the sandbox_request fuzz target: "a,," did not
+    // round-trip).
+    Release python;
+    python.argv = {"python3", "-c", "pass"};
+    python.warm_python = true;
+    python.preload = {"json", "os.path"};
+    auto decoded = Release::decode(python.encode());
+    ASSERT_TRUE(decoded) << decoded.error().what();
+    EXPECT_EQ(*decoded, python);
+    for (const char* bad : {"a,,b", ",a", "a,"}) {
+        python.preload = {bad};
+        EXPECT_FALSE(Release::decode(python.encode())) << bad;
+    }
     static const char huge[] = "/\0" "99999999999999999999999\0" "0\0" "0\0" "0\0" "1\0" "a";
     EXPECT_FALSE(Release::decode(std::string(huge, sizeof huge)));
 }

@@ -869,6 +869,7 @@ Result<Release> Release::decode(std::string_view data) {
     FB_ASSIGN(std::string modules, in.next());
     for (size_t start = 0; start < modules.size();) {
         size_t end = std::min(modules.find(',', start), modules.size());
+        if (end == start || end + 1 == modules.size()) return fail(EPROTO, "release: an empty module name");
         r.preload.push_back(modules.substr(start, end - start));
         start = end + 1;
     }
