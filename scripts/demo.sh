@@ -58,3 +58,16 @@ start=$(date +%s%N)
 for _ in $(seq 20); do sandbox -- true; done
 end=$(date +%s%N)
 echo "== 20 sandboxes of true, one after another: $(( (end - start) / 20000 )) us each, with the forkbox client's own start-up"
+
+# Sessions: a sandbox kept across runs, its files, a fork of its state, warm Python.
+session=$(sandbox create --ttl-s 120)
+echo "== a session: $session"
+echo 'print(6 * 7)' | sandbox put "$session" /work/main.py
+echo "== forkbox sandbox --session $session -- python3 /work/main.py: $(sandbox --session "$session" -- python3 /work/main.py)"
+echo "== its diff: $(sandbox diff "$session")"
+child=$(sandbox fork "$session")
+sandbox --session "$child" -- sh -c 'echo "print(\"the child changed it\")" > /work/main.py'
+echo "== a fork $child changed its copy: $(sandbox --session "$child" -- python3 /work/main.py); the parent still prints $(sandbox --session "$session" -- python3 /work/main.py)"
+sandbox close "$child"
+sandbox close "$session"
+echo "== warm Python (the interpreter started before the request): $(sandbox --python 'import math; print(math.factorial(20))')"

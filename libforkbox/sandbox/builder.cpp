@@ -213,14 +213,7 @@ void Builder::serve() {
             (void)remove_cgroups(dirs);
             continue;
         }
-        if (m.front() != 'B' && m.front() != 'b') continue;
-        // A pool's embryo ("b") is made at idle priority, so that making it never takes a CPU
-        // from a request; the service lifts it when it hands the embryo a request. Only a
-        // root daemon can lift a priority again: a user's builds at the normal one.
-        if (c_.mapped_range) {
-            sched_param none{};
-            ::sched_setscheduler(0, m.front() == 'b' ? SCHED_IDLE : SCHED_OTHER, &none);
-        }
+        if (m.front() != 'B') continue;
         size_t nl = m.find('\n');
         uint64_t id = std::strtoull(std::string(m.substr(1, nl - 1)).c_str(), nullptr, 10);
         auto kind = nl == std::string_view::npos ? Result<SandboxKind>(std::unexpected(Error(EPROTO, "no kind")))

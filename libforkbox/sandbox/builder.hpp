@@ -5,8 +5,7 @@
 //
 // Protocol (SOCK_SEQPACKET, service <-> builder, one message each way per embryo):
 //   service: "B<id>\n" + encode_kind() [+ fd]     make an embryo of this kind [a fork of the
-//                                                  sandbox whose stage the fd is]; "b": the
-//                                                  same for a pool, at idle priority (root)
+//                                                  sandbox whose stage the fd is]
 //   builder: "E<id> <pid> <lower>" + fds pidfd, control socket    (lower: idmapped, plain, none)
 //            "F<id> <message>"                     it could not
 //   service: "D" + cgroup dirs, NUL-separated [+ fd]  remove these, drop the mount namespace

@@ -400,10 +400,6 @@ Result<void> drop_every_capability() {
     int64_t used = stage_used();
     send_text(control, "W" + usage_text(status, usage) + " " +
                            std::to_string(used >= 0 && used_before >= 0 ? used - used_before : 0));
-    // The reply waits for nothing more of ours: the sandbox's teardown (its other processes,
-    // this address space, the namespaces) takes no CPU from the next request.
-    sched_param none{};
-    ::sched_setscheduler(0, SCHED_IDLE, &none);
     // The command's code as ours too, for a daemon that reaps us before reading "W".
     ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 }

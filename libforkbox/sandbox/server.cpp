@@ -422,8 +422,7 @@ Result<uint64_t> Server::start_embryo(const SandboxKind& kind, uint64_t reserved
         std::string path = embryo_cgroup_path(::getpid(), e->id);
         for (const auto& h : layout_.hierarchies) e->cgroup_dirs.push_back(h.mountpoint + path);
     }
-    e->idle = e->pooled && mapped_range_;
-    std::string m = (e->idle ? "b" : "B") + std::to_string(e->id) + "\n" + encode_kind(kind);
+    std::string m = "B" + std::to_string(e->id) + "\n" + encode_kind(kind);
     std::vector<int> fds;
     if (fork_source >= 0) fds.push_back(fork_source);
     FB_TRY_CTX(send_with_fds(builder_.get(), m, fds, "sandbox builder"), "ask the sandbox builder");
@@ -843,12 +842,6 @@ void Server::release(Run& r, Embryo& e) {
     r.embryo = e.id;
     e.run = r.id;
     ++served_;
-    if (e.idle) {
-        // Made at idle priority for the pool: the request's at the normal one.
-        sched_param none{};
-        ::sched_setscheduler(e.pid, SCHED_OTHER, &none);
-        e.idle = false;
-    }
     if (r.purpose == Run::Purpose::MakeSession) {
         release_session(r, e);
         return;

@@ -86,7 +86,6 @@ struct Embryo {
     uint64_t run = 0;  // reserved for or running this run
     bool pooled = false;  // made for its kind's pool (counted in Pool::building while made)
     bool fork = false;    // a fork's child: made for its run alone, never another's
-    bool idle = false;    // made (and waiting) at idle priority: lifted when released
     bool copied = false;  // a fork's child said its parent's state is copied ("C")
     std::string failure;  // "F" message
     // Its mount namespace, held from ready on: the sandbox's last process then exits without
