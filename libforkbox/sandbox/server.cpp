@@ -169,11 +169,12 @@ void Server::unwatch(int fd) {
 
 // --- connections ---
 
-bool Server::peer_allowed(int conn) {
+bool Server::peer_allowed(int conn, uid_t& peer) {
     ucred cred{};
     socklen_t len = sizeof cred;
     if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) return false;
-    if (cred.uid == euid_) return true;
+    peer = cred.uid;
+    if (peer == euid_) return true;
     if (opt_.allowed_groups.empty()) return false;
     for (gid_t g : opt_.allowed_groups)
         if (cred.gid == g) return true;
@@ -209,12 +210,13 @@ void Server::accept_handoff() {
             return;
         }
         for (auto& fd : fds) {
-            if (!peer_allowed(fd.get())) {
+            uid_t peer = 0;
+            if (!peer_allowed(fd.get(), peer)) {
                 reply_and_close(std::move(fd), format_error(ErrorKind::InvalidRequest, "this daemon serves only its own user"));
                 continue;
             }
             // The daemon handed it over once its first message was there: read it now.
-            serve_first_message(std::move(fd));
+            serve_first_message(std::move(fd), peer);
         }
     }
 }
@@ -249,11 +251,12 @@ void Server::classify(unique_fd conn) {
     }
     if (n <= 0) return;
     if (looks_like_sandbox_message(std::string_view(head, static_cast<size_t>(n)))) {
-        if (!peer_allowed(conn.get())) {
+        uid_t peer = 0;
+        if (!peer_allowed(conn.get(), peer)) {
             reply_and_close(std::move(conn), format_error(ErrorKind::InvalidRequest, "this daemon serves only its own user"));
             return;
         }
-        serve_first_message(std::move(conn));
+        serve_first_message(std::move(conn), peer);
         return;
     }
     int fd = conn.get();
@@ -276,7 +279,7 @@ void Server::read_first_message(uint64_t id) {
 }
 
 // Every socket operation on a client passes MSG_DONTWAIT: its fd stays blocking.
-void Server::serve_first_message(unique_fd conn) {
+void Server::serve_first_message(unique_fd conn, uid_t peer) {
     ssize_t n = ::recv(conn.get(), read_buffer_.data(), read_buffer_.size(), MSG_TRUNC | MSG_DONTWAIT);
     if (n < 0 && errno == EAGAIN) {
         uint64_t id = next_id_++;
@@ -301,11 +304,8 @@ void Server::serve_first_message(unique_fd conn) {
         reply_and_close(std::move(conn), std::string(1, kResult) + info_json());
         return;
     }
-    ucred cred{};
-    socklen_t len = sizeof cred;
-    ::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len);
     if (first->verb != "run") {
-        serve_session_verb(std::move(conn), *first, cred.uid);
+        serve_session_verb(std::move(conn), *first, peer);
         return;
     }
     auto request = parse_run_request(first->body, opt_.defaults);
@@ -318,9 +318,9 @@ void Server::serve_first_message(unique_fd conn) {
         return;
     }
     if (!request->session.empty()) {
-        Session* s = find_session(request->session, cred.uid, conn);
+        Session* s = find_session(request->session, peer, conn);
         if (!s) return;
-        Run& r = start_run(std::move(conn), std::move(*request), cred.uid);
+        Run& r = start_run(std::move(conn), std::move(*request), peer);
         start_in_session(r, *s);
         return;
     }
@@ -329,7 +329,7 @@ void Server::serve_first_message(unique_fd conn) {
                                                                            " sandboxes are live: retry later"));
         return;
     }
-    place(start_run(std::move(conn), std::move(*request), cred.uid));
+    place(start_run(std::move(conn), std::move(*request), peer));
 }
 
 // Sessions, and runs in sandboxes of their own (a session's runs are in its sandbox).

@@ -166,7 +166,7 @@ private:
     void accept_handoff();
     void accept_connections();
     void classify(unique_fd conn);
-    bool peer_allowed(int conn);
+    bool peer_allowed(int conn, uid_t& peer);  // peer: its uid
     void read_first_message(uint64_t id);
     void reply_and_close(unique_fd conn, const std::string& message);
     Run& start_run(unique_fd conn, RunRequest request, uid_t peer);
@@ -202,7 +202,7 @@ private:
     void drop_run(uint64_t run_id);
     void collect_usage(Run& r, Embryo& e, RunOutcome& o);
     void open_usage_files(Embryo& e);
-    void serve_first_message(unique_fd conn);
+    void serve_first_message(unique_fd conn, uid_t peer);
     oci::Resources limits_for(uint64_t memory_mb, uint64_t pids, double cpus) const;
     void shutdown();
 
