@@ -1,0 +1,79 @@
+// A D-Bus connection over a unix socket: SASL EXTERNAL, method calls with their replies,
+// and signals. Single-threaded and blocking with deadlines: forkbox makes a handful of calls
+// per invocation.
+//
+// Round trips are what it costs, so nothing is waited for that need not be: the
+// authentication, BEGIN, Hello (on a bus) and the first calls go out in one write, and the
+// server's answers are read as the replies are needed.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "libforkbox/base/error.hpp"
+#include "libforkbox/base/fd.hpp"
+#include "libforkbox/dbus/message.hpp"
+
+namespace forkbox::dbus {
+
+using Clock = std::chrono::steady_clock;
+
+// The SASL client's first bytes (pure): the NUL byte, AUTH EXTERNAL with the uid in hex of
+// its decimal digits, and BEGIN (sent without waiting for OK, as sd-bus does).
+std::string sasl_external_preamble(uid_t uid);
+
+// An error reply as forkbox reports it: "TEXT (NAME)", with an errno for the names callers
+// test (UnitExists: EEXIST, NoSuchUnit: ENOENT, AccessDenied: EACCES, ...; else EIO).
+Error reply_error(const Message& reply);
+
+// The address of the system bus (DBUS_SYSTEM_BUS_ADDRESS's unix:path=, else
+// /run/dbus/system_bus_socket). Only unix:path= addresses are understood.
+Result<std::string> system_bus_path();
+
+class Connection {
+public:
+    // Connects to the socket at `path`. With `bus` the peer is a message bus (dbus-daemon) and
+    // Hello is sent; without, it is a peer (systemd's /run/systemd/private). Nothing is read
+    // yet: a refused authentication shows at the first reply.
+    static Result<Connection> open(const std::string& path, bool bus);
+    // The same over a socket connected already (a socketpair in tests).
+    static Connection adopt(unique_fd fd, bool bus);
+
+    Connection(Connection&&) = default;
+    Connection& operator=(Connection&&) = default;
+
+    bool is_bus() const { return bus_; }
+
+    // Queues a message (its serial is assigned here and returned); sent at the next wait or
+    // flush().
+    uint32_t queue(Message m);
+    Result<void> flush(Clock::time_point deadline);
+    // Waits for the reply to `serial`: a MethodReturn, or an Error reply as reply_error.
+    // Signals that arrive meanwhile are kept for wait_signal.
+    Result<Message> reply(uint32_t serial, Clock::time_point deadline);
+    // queue + reply.
+    Result<Message> call(Message m, Clock::time_point deadline);
+    // The first signal (kept or arriving) that `match` accepts; others are dropped.
+    Result<Message> wait_signal(const std::function<bool(const Message&)>& match, Clock::time_point deadline);
+
+private:
+    Connection(unique_fd fd, bool bus) : fd_(std::move(fd)), bus_(bus) {}
+    // Reads until one whole message is buffered (after the authentication's answer), or the
+    // deadline passes (ETIMEDOUT).
+    Result<Message> next(Clock::time_point deadline);
+    Result<void> fill(Clock::time_point deadline);
+
+    unique_fd fd_;
+    bool bus_ = false;
+    bool authenticated_ = false;
+    uint32_t next_serial_ = 1;
+    uint32_t hello_serial_ = 0;
+    std::string out_;
+    std::string in_;
+    std::deque<Message> signals_;
+};
+
+}  // namespace forkbox::dbus
