@@ -19,6 +19,7 @@ int cmd_create(const Globals& g, const std::vector<std::string>& args) {
     if (!p.parse(args, vm)) return 0;
     o.id = require_id(vm, "create");
     o.zygote_socket = g.zygote_socket;
+    o.systemd_cgroup = g.systemd_cgroup;
     auto r = create_container(g.store(), o);
     if (!r) return report(r.error());
     return 0;

@@ -48,7 +48,7 @@ Global options:
   --log FILE               log file (default: stderr)
   --log-format text|json   log format (default text)
   --debug                  log debug messages
-  --systemd-cgroup         use systemd for cgroups (not supported yet)
+  --systemd-cgroup         create: the container's cgroup is a systemd unit (cgroupsPath slice:prefix:name)
   --zygote[=SOCKET]        create/run from the zygote daemon's warm templates (cold path if none)
   --version, -v            print the version
   --help, -h               show this help
@@ -163,8 +163,8 @@ int main(int argc, char** argv) {
         std::cerr << "forkbox: no such command: " << verb << "\n";
         return 1;
     }
-    if (g.systemd_cgroup && verb != "spec" && verb != "features")
-        return report("--systemd-cgroup is not supported yet: use cgroupfs paths");
+    // Only create and run make cgroups; the other verbs find the driver in state.json (podman
+    // and conmon pass the flag to create alone), and accept it as runc does.
     if (!rootless.empty() && rootless != "false" && rootless != "auto" && ::geteuid() == 0)
         log::debug("--rootless=" + rootless + " ignored when running as root");
     try {

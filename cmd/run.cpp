@@ -78,6 +78,7 @@ int cmd_run(const Globals& g, const std::vector<std::string>& args) {
         o.create.id = arg;
     }
     o.create.zygote_socket = g.zygote_socket;
+    o.create.systemd_cgroup = g.systemd_cgroup;
     auto r = run_container(g.store(), o);
     if (!r) {
         // `forkbox run app` with ./app/config.json and none here: say how to mean the bundle.

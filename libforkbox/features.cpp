@@ -42,7 +42,7 @@ std::string features_json() {
     string_array(w, "capabilities", oci::all_capability_names());
     w.key("cgroup").begin_object();
     w.key("v1").value(true).key("v2").value(true);
-    w.key("systemd").value(false).key("systemdUser").value(false).key("rdma").value(false);
+    w.key("systemd").value(true).key("systemdUser").value(false).key("rdma").value(false);
     w.end_object();
     // runtime-spec features-linux.md: knownFlags are the flags the runtime recognizes,
     // supportedFlags the subset that this libseccomp and the running kernel can apply.

@@ -838,6 +838,22 @@ TEST(Plan, CwdDefaultsToRoot) {
     EXPECT_EQ(plan_of(s).process.cwd, "/");
 }
 
+TEST(Plan, WithTheSystemdDriverTheCgroupIsTheUnitsInItsSlice) {
+    Spec s = minimal_spec();
+    s.linux->cgroups_path = "machine-pods.slice:libpod:web-1";
+    auto p = make_plan(s, PlanOptions{.id = "web-1", .bundle = kBundle, .systemd_cgroup = true});
+    ASSERT_TRUE(p) << p.error().what();
+    EXPECT_EQ(p->cgroups_path, "/machine.slice/machine-pods.slice/libpod-web-1.scope");
+    EXPECT_EQ(p->systemd_unit, "libpod-web-1.scope");
+    EXPECT_EQ(p->systemd_slice, "machine-pods.slice");
+    s.linux->cgroups_path = "/machine/web";
+    auto bad = make_plan(s, PlanOptions{.id = "web-1", .bundle = kBundle, .systemd_cgroup = true});
+    ASSERT_FALSE(bad);
+    EXPECT_NE(bad.error().what().find("slice:prefix:name"), std::string::npos);
+    // Without the driver the cgroupfs path is as it always was.
+    EXPECT_TRUE(plan_of(s).systemd_unit.empty());
+}
+
 TEST(Plan, CgroupsPathAbsentIsForkboxSlashId) {
     EXPECT_EQ(plan_of(minimal_spec(), "web-1").cgroups_path, "/forkbox/web-1");
 }

@@ -188,7 +188,9 @@ TEST(Features, LinuxSectionListsNamespacesAndCapabilities) {
     EXPECT_EQ(linux->get("capabilities")->size(), all_capability_names().size());
     EXPECT_TRUE(*linux->get("cgroup")->get("v1")->as_bool());
     EXPECT_TRUE(*linux->get("cgroup")->get("v2")->as_bool());
-    EXPECT_FALSE(*linux->get("cgroup")->get("systemd")->as_bool());
+    // The systemd driver (--systemd-cgroup) for the system manager; not a user's manager.
+    EXPECT_TRUE(*linux->get("cgroup")->get("systemd")->as_bool());
+    EXPECT_FALSE(*linux->get("cgroup")->get("systemdUser")->as_bool());
 }
 
 TEST(Features, ClaimsSeccompButNotTheSecurityModulesMissingHere) {

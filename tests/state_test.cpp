@@ -46,6 +46,7 @@ void expect_same(const ContainerState& a, const ContainerState& b) {
     EXPECT_EQ(a.own_pid_namespace, b.own_pid_namespace);
     EXPECT_EQ(a.cgroup_dirs, b.cgroup_dirs);
     EXPECT_EQ(a.cgroup_dirs_created, b.cgroup_dirs_created);
+    EXPECT_EQ(a.systemd_unit, b.systemd_unit);
 }
 
 bool id_ok(const std::string& id) { return validate_container_id(id).has_value(); }
@@ -96,6 +97,21 @@ TEST(State, UnknownFieldsAreIgnored) {
     auto r = parse_state(R"({"id":"a","status":"running","future":{"x":[1,2]}})");
     ASSERT_TRUE(r.has_value()) << r.error().what();
     EXPECT_EQ(r->id, "a");
+}
+
+TEST(State, TheSystemdDriversUnitSurvivesARoundTrip) {
+    ContainerState s = full_state();
+    s.systemd_unit = "libpod-web-1.scope";
+    std::string json = serialize_state(s);
+    EXPECT_NE(json.find(R"("cgroupDriver":"systemd")"), std::string::npos);
+    expect_same(round_trip(s), s);
+    // cgroupfs containers' state has neither field.
+    EXPECT_EQ(serialize_state(full_state()).find("cgroupDriver"), std::string::npos);
+}
+
+TEST(State, AnUnknownCgroupDriverOrASystemdDriverWithoutItsUnitIsAnError) {
+    EXPECT_FALSE(parse_state(R"({"cgroupDriver":"lxcfs"})"));
+    EXPECT_FALSE(parse_state(R"({"cgroupDriver":"systemd"})"));
 }
 
 TEST(State, NonObjectIsAnError) { EXPECT_FALSE(parse_state("[]").has_value()); }

@@ -188,7 +188,8 @@ Result<std::vector<std::string>> own_cgroup_dirs(const CgroupLayout& layout) {
 }
 
 Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::string& path,
-                                       const std::string& spare, const std::vector<bool>& skippable) {
+                                       const std::string& spare, const std::vector<bool>& skippable,
+                                       const std::vector<bool>& made_by_manager) {
     CgroupPlacement p;
     // Spares under the parent that no hierarchy renamed are removed, success or not.
     std::string parent = path.substr(0, path.find_last_of('/'));
@@ -206,6 +207,11 @@ Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::st
         bool may_skip = index < skippable.size() && skippable[index];
         bool hole = false;
         std::string dir = h.mountpoint;
+        p.by_manager_.push_back(index < made_by_manager.size() && made_by_manager[index]);
+        if (p.by_manager_.back()) {
+            p.dirs_.push_back(dir + (path == "/" ? "" : path));
+            continue;
+        }
         if (!spare.empty() && !h.unified) {
             // The zygote daemon's spare (parent made, cpuset filled): one rename.
             std::string spare_dir = h.mountpoint + parent + "/" + spare;
@@ -297,7 +303,7 @@ Result<void> remove_cgroups(const std::vector<std::string>& created) {
 Result<std::vector<unique_fd>> CgroupPlacement::open_v1_task_files(const CgroupLayout& layout) const {
     std::vector<unique_fd> fds;
     for (size_t i = 0; i < layout.hierarchies.size() && i < dirs_.size(); ++i) {
-        if (layout.hierarchies[i].unified || dirs_[i].empty()) continue;
+        if (layout.hierarchies[i].unified || dirs_[i].empty() || (i < by_manager_.size() && by_manager_[i])) continue;
         std::string path = dirs_[i] + "/tasks";
         unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
         if (!fd) return sys_error("open " + path);

@@ -74,15 +74,17 @@ public:
     // Whether a zygote spare became the container's cgroup in every v1 hierarchy.
     bool spare_taken_everywhere() const { return spare_taken_everywhere_; }
 
-    // Write-only fds of the v1 hierarchies' `tasks` files, for join_v1_cgroups in the child.
+    // Write-only fds of the v1 hierarchies' `tasks` files, for join_v1_cgroups in the child
+    // (not of those a manager makes: its process is put there by the manager).
     Result<std::vector<unique_fd>> open_v1_task_files(const CgroupLayout& layout) const;
 
     friend Result<CgroupPlacement> create_cgroups(const CgroupLayout&, const std::string&, const std::string&,
-                                                  const std::vector<bool>&);
+                                                  const std::vector<bool>&, const std::vector<bool>&);
 
 private:
     std::vector<std::string> dirs_;
     std::vector<std::string> created_;  // parents first
+    std::vector<bool> by_manager_;      // per hierarchy: made by systemd, not by us
     unique_fd unified_fd_;
     bool committed_ = false;
     bool spare_taken_everywhere_ = false;
@@ -99,9 +101,12 @@ Result<void> join_v1_cgroups(const std::vector<int>& task_fds);
 // hierarchy renames the spare instead; spares not renamed are removed. A hierarchy marked in
 // `skippable` (per layout index) where the directory cannot be made for want of permission
 // (a rootless container in a delegated subtree that does not reach every hierarchy) gets
-// "" as its dir: a hole, which every user of the dirs passes over.
+// "" as its dir: a hole, which every user of the dirs passes over. A hierarchy marked in
+// `made_by_manager` gets its dir named but not made (the systemd driver: systemd makes it
+// when it starts the unit), and no fd for CLONE_INTO_CGROUP.
 Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::string& path,
-                                       const std::string& spare = {}, const std::vector<bool>& skippable = {});
+                                       const std::string& spare = {}, const std::vector<bool>& skippable = {},
+                                       const std::vector<bool>& made_by_manager = {});
 
 // A zygote template's spare cgroup that no container will take (named `spare` under the
 // cgroup parent `parent`, zygote::cgroup_parent): removed from every v1 hierarchy.

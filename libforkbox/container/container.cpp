@@ -15,6 +15,7 @@
 #include "libforkbox/cgroup/devices_v1.hpp"
 #include "libforkbox/cgroup/freezer.hpp"
 #include "libforkbox/cgroup/resources.hpp"
+#include "libforkbox/cgroup/systemd_manager.hpp"
 #include "libforkbox/process/hooks.hpp"
 #include "libforkbox/process/pidfd.hpp"
 #include "oci/parse.hpp"
@@ -177,13 +178,43 @@ void run_poststop_hooks_of(const ContainerDir& dir, const ContainerState& s) {
     if (spec && spec->hooks) run_poststop_hooks(spec->hooks->poststop, s);
 }
 
+// The systemd driver's unit: stopped (its job waited for) and reset. Not reaching systemd
+// is a warning: the cgroups forkbox made go all the same, and systemd forgets an empty scope.
+void stop_systemd_unit(const ContainerState& s) {
+    auto manager = systemd::Manager::connect();
+    auto stopped = manager ? manager->stop_unit(s.systemd_unit) : Result<void>(std::unexpected(manager.error()));
+    if (!stopped) log::warn("delete " + s.id + ": " + stopped.error().what());
+}
+
 Result<void> destroy(ContainerDir& dir, const ContainerState& s) {
     if (s.pid > 0) kill_and_wait(s);
     if (!s.own_pid_namespace) signal_all(s, SIGKILL);
+    if (!s.systemd_unit.empty()) stop_systemd_unit(s);
     auto cg = remove_cgroups(s.cgroup_dirs_created);
     run_poststop_hooks_of(dir, s);
     FB_TRY(dir.remove());
     return cg;
+}
+
+// update with the systemd driver: the unit's properties first (so systemd does not put back
+// the old limits the next time it applies them), then cgroupfs as with the cgroupfs driver.
+// systemd applies a device policy by denying everything and allowing the list again: a
+// running container is frozen meanwhile, as runc does, so it never sees EPERM from /dev/null.
+Result<void> update_systemd_unit(const ContainerInfo& info, const CgroupLayout& layout, const oci::Resources& resources) {
+    FB_ASSIGN(systemd::Manager manager, systemd::Manager::connect());
+    bool unified = layout.mode == CgroupMode::V2;
+    int version = systemd::needs_version(resources) ? manager.version() : -1;
+    FB_ASSIGN(systemd::Properties props, systemd::resource_properties(resources, unified, version));
+    if (props.empty()) return {};
+    std::optional<Freezer> frozen;
+    if (!resources.devices.empty() && !unified && info.status == Status::Running) {
+        auto freezer = container_freezer(info.state.cgroup_dirs);
+        if (freezer && freezer->kind != Freezer::Kind::None && freeze_cgroup(*freezer)) frozen = *freezer;
+    }
+    auto set = manager.set_unit_properties(info.state.systemd_unit, props);
+    if (frozen)
+        if (auto r = thaw_cgroup(*frozen); !r) log::warn("thaw after setting the unit's properties: " + r.error().what());
+    return set;
 }
 
 }  // namespace
@@ -278,6 +309,7 @@ Result<void> update_container(const StateStore& store, const std::string& id, co
     }
     FB_ASSIGN(auto writes, plan_cgroup_writes(resources, layout, devices_now));
     FB_ASSIGN(auto device_program, plan_device_program(resources, layout));
+    if (!info.state.systemd_unit.empty()) FB_TRY(update_systemd_unit(info, layout, resources));
     FB_TRY(apply_cgroup_writes(writes, layout, info.state.cgroup_dirs));
     if (device_program) FB_TRY(apply_device_program(*device_program, layout, info.state.cgroup_dirs));
     return {};

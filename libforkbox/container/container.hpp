@@ -29,6 +29,8 @@ struct CreateOptions {
     // Zygote mode: the daemon's socket, or empty (then only the container's
     // run.forkbox.zygote=true annotation turns it on, with the default socket).
     std::string zygote_socket;
+    // --systemd-cgroup: the container's cgroup is a transient systemd unit (cgroup/systemd.hpp).
+    bool systemd_cgroup = false;
 };
 
 enum class Status { Creating, Created, Running, Paused, Stopped };

@@ -17,6 +17,8 @@
 #include "libforkbox/base/trace.hpp"
 #include "libforkbox/cgroup/cgroups.hpp"
 #include "libforkbox/cgroup/resources.hpp"
+#include "libforkbox/cgroup/systemd.hpp"
+#include "libforkbox/cgroup/systemd_manager.hpp"
 #include "libforkbox/container/container.hpp"
 #include "libforkbox/container/init.hpp"
 #include "libforkbox/container/seccomp_agent.hpp"
@@ -52,6 +54,20 @@ struct ContainerDirGuard {
     ~ContainerDirGuard() {
         if (armed) (void)dir->remove();
     }
+};
+
+// A systemd unit a failed create started: stopped (after init is killed: members order).
+struct SystemdUnitGuard {
+    SystemdUnitGuard(systemd::Manager* m, std::string u) : manager(m), unit(std::move(u)) {}
+    SystemdUnitGuard(const SystemdUnitGuard&) = delete;
+    SystemdUnitGuard& operator=(const SystemdUnitGuard&) = delete;
+    ~SystemdUnitGuard() {
+        if (!armed) return;
+        if (auto r = manager->stop_unit(unit); !r) log::warn(r.error().what());
+    }
+    systemd::Manager* manager;
+    std::string unit;
+    bool armed = true;
 };
 
 Result<std::string> absolute_bundle(const std::string& bundle) {
@@ -164,7 +180,8 @@ std::optional<zygote::PendingTemplate> ask_warm_template(const CreateOptions& op
     }
     zygote::Request request;
     request.key = key;
-    request.cgroup_parent = zygote::cgroup_parent(plan.cgroups_path);
+    // The systemd driver's cgroups are the unit's, made by systemd: no spares to take.
+    if (!opt.systemd_cgroup) request.cgroup_parent = zygote::cgroup_parent(plan.cgroups_path);
     if (key & CLONE_NEWUSER) request.id_maps = zygote::encode_id_maps(plan.uid_mappings, plan.gid_mappings);
     // --no-pivot asks for a rootfs built another way than a template's.
     if (!opt.no_pivot && zygote::rootfs_template_fits(plan)) {
@@ -296,6 +313,8 @@ private:
     const oci::Spec& spec() const { return cfg_.spec; }
     Result<void> clone_init(uint64_t flags);
     Result<void> run_without_cgroups(const Error& refused, const std::vector<CgroupWrite>& writes);
+    Result<void> prepare_systemd_unit(std::vector<CgroupWrite> writes);
+    Result<void> start_systemd_unit();
 
     const StateStore& store_;
     const CreateOptions& opt_;
@@ -323,6 +342,13 @@ private:
     WarmStart warm_;
     CgroupPlacement cgroups_;
     std::vector<std::string> mounted_cgroup_dirs_;  // without cgroups of its own: the caller's
+    // The systemd driver: the manager, the unit's properties but PIDs, and the cgroupfs writes
+    // held back until the unit (and so its cgroups) exists. Declared after cgroups_: a unit
+    // started by a create that fails is stopped before forkbox's own cgroups are removed.
+    std::optional<systemd::Manager> systemd_;
+    systemd::Properties systemd_properties_;
+    std::vector<CgroupWrite> systemd_writes_;
+    std::optional<SystemdUnitGuard> systemd_unit_;
 
     // clone_and_drive_init
     IdMapWriter id_maps_;
@@ -344,10 +370,12 @@ Result<void> ContainerCreation::load_and_plan() {
     if (!pty_master_ || !opt_.console_socket.empty())
         FB_TRY(check_console_options(terminal_, true, opt_.console_socket));
     if (!terminal_) pty_master_ = nullptr;
-    FB_ASSIGN(plan_, make_plan(spec(), PlanOptions{opt_.id, bundle_, !rootless_mode().any()}));
+    FB_ASSIGN(plan_, make_plan(spec(), PlanOptions{opt_.id, bundle_, !rootless_mode().any(), opt_.systemd_cgroup,
+                                                    rootless_mode().any()}));
     trace::mark("create: planned");
     // Zygote mode: asked now, taken before the cgroups; the daemon answers meanwhile.
-    warm_request_.emplace(ask_warm_template(opt_, spec(), plan_, cfg_.text), zygote::cgroup_parent(plan_.cgroups_path));
+    warm_request_.emplace(ask_warm_template(opt_, spec(), plan_, cfg_.text),
+                          opt_.systemd_cgroup ? std::string() : zygote::cgroup_parent(plan_.cgroups_path));
     trace::mark("create: zygote asked");
     if (!spec().process || plan_.process.args.empty()) return fail(EINVAL, "config.json: process.args must not be empty");
     return {};
@@ -397,6 +425,7 @@ Result<void> ContainerCreation::prepare_state() {
     state_.created = rfc3339_now();
     state_.annotations = spec().annotations;
     state_.own_pid_namespace = plan_.own_pid_namespace();
+    state_.systemd_unit = plan_.systemd_unit;
     // A state file from the start, so `delete --force` can clean up after a crashed create.
     FB_TRY(dir_->write_state(state_));
     trace::mark("create: state written");
@@ -417,6 +446,7 @@ Result<void> ContainerCreation::place_cgroups() {
     // making them now. Taken right before the cgroups, which consume the spares.
     warm_ = WarmStart::from(warm_request_->take());
     trace::mark("create: zygote answered");
+    if (!plan_.systemd_unit.empty()) return prepare_systemd_unit(std::move(cgroup_writes));
     auto placed = create_cgroups(layout_, plan_.cgroups_path, warm_.spare_cgroup);
     if (!placed && rootless_mode().any() && is_permission_error(placed.error())) {
         // runc's contract for a delegated subtree: hierarchies the user was not given are
@@ -474,6 +504,87 @@ Result<void> ContainerCreation::run_without_cgroups(const Error& refused, const 
     // Its /sys/fs/cgroup shows the cgroups it is in: ours. They are not the container's:
     // state.json names none, so nothing later signals, freezes or removes them.
     FB_ASSIGN(mounted_cgroup_dirs_, own_cgroup_dirs(layout_));
+    return {};
+}
+
+// The systemd driver, before the clone: everything that can be refused is (the properties,
+// the bus), and the unit's cgroup dirs are named: systemd makes them in the hierarchies it
+// drives when it starts the unit, forkbox in the others (cpuset, freezer, ...: runc's legacy
+// manager's way), which init joins itself as on the cold path. Templates' spare cgroups are
+// not asked for (ask_warm_template): the unit's cgroups are systemd's to make.
+Result<void> ContainerCreation::prepare_systemd_unit(std::vector<CgroupWrite> writes) {
+    if (!warm_.spare_cgroup.empty()) return fail(EPROTO, "zygote: a spare cgroup for a systemd unit");
+    FB_ASSIGN(systemd::Manager manager, systemd::Manager::connect());
+    systemd_.emplace(std::move(manager));
+    trace::mark("create: systemd connected");
+    bool unified = layout_.mode == CgroupMode::V2;
+    // Plan::resources: with the device rules a container gets without any (a deny-all).
+    int version = systemd::needs_version(plan_.resources) ? systemd_->version() : -1;
+    FB_ASSIGN(systemd_properties_, systemd::resource_properties(plan_.resources, unified, version));
+    // After the resources, so that an annotation can override what they say.
+    FB_ASSIGN(auto annotated, systemd::annotation_properties(spec().annotations));
+    systemd_properties_.insert(systemd_properties_.end(), annotated.begin(), annotated.end());
+    std::string root;
+    if (auto proc1 = read_file("/proc/1/cgroup")) root = systemd::manager_root(layout_, *proc1);
+    std::vector<bool> by_systemd;
+    for (const auto& h : layout_.hierarchies) by_systemd.push_back(systemd::manages(h));
+    FB_ASSIGN(cgroups_, create_cgroups(layout_, root + plan_.cgroups_path, {}, {}, by_systemd));
+    systemd_writes_ = std::move(writes);
+    state_.cgroup_dirs = cgroups_.dirs();
+    state_.cgroup_dirs_created = cgroups_.created();
+    log::debug("systemd: unit " + plan_.systemd_unit + " in " + plan_.systemd_slice + " through " + systemd_->via());
+    trace::mark("create: cgroups made");
+    return {};
+}
+
+// The systemd driver, after the clone and before Go: the unit with init (or the intermediate,
+// whose child inherits its cgroups) as its process; then every hierarchy where systemd left
+// it elsewhere is joined, and the limits are written through cgroupfs as on the cold path.
+//
+// systemd puts a unit's process in the unit's cgroup only in the hierarchies it has realized
+// the unit in, and elsewhere in the closest realized cgroup up the tree: on systemd 252 with
+// v1 controllers, runc's containers were seen in system.slice's devices cgroup (runc sets the
+// device policy after the start, and systemd's realization of the slice then moved them up),
+// and without the cpuacct cgroup of their scope. forkbox sends the unit's limits and device
+// policy with the start and checks where init ended up.
+Result<void> ContainerCreation::start_systemd_unit() {
+    bool unified = layout_.mode == CgroupMode::V2;
+    systemd::Unit unit{plan_.systemd_slice, plan_.systemd_unit, plan_.cgroups_path};
+    systemd::Properties props = systemd::unit_properties(unit, child_, unified, "forkbox container " + opt_.id);
+    props.insert(props.end(), systemd_properties_.begin(), systemd_properties_.end());
+    FB_TRY(systemd_->start_transient_unit(unit.unit, props));
+    systemd_unit_.emplace(&*systemd_, unit.unit);
+    trace::mark("create: systemd unit started");
+
+    FB_ASSIGN(std::string text, read_file("/proc/" + std::to_string(child_) + "/cgroup"));
+    auto now = cgroup_dirs_of_process(layout_, text);
+    const auto& dirs = cgroups_.dirs();
+    for (size_t i = 0; i < layout_.hierarchies.size(); ++i) {
+        const auto& h = layout_.hierarchies[i];
+        // Not systemd's: init joined them itself. name=systemd: the unit's by definition.
+        if (!systemd::manages(h) || hierarchy_has(h, "name=systemd") || now[i] == dirs[i]) continue;
+        log::debug("systemd: init is in " + now[i] + ", not in its unit's " + dirs[i] + ": moved");
+        // Made as a path below systemd's own cgroup of the slice, parents first.
+        std::string dir = h.mountpoint;
+        std::string rest = dirs[i].substr(h.mountpoint.size());
+        size_t pos = 1;
+        while (pos <= rest.size()) {
+            size_t next = rest.find('/', pos);
+            if (next == std::string::npos) next = rest.size();
+            dir += "/" + rest.substr(pos, next - pos);
+            if (::mkdir(dir.c_str(), 0755) == 0)
+                state_.cgroup_dirs_created.push_back(dir);
+            else if (errno != EEXIST)
+                return sys_error("create cgroup " + dir);
+            pos = next + 1;
+        }
+        FB_TRY(write_file(dirs[i] + "/cgroup.procs", std::to_string(child_)));
+    }
+    FB_TRY(apply_cgroup_writes(systemd_writes_, layout_, dirs));
+    if (device_program_) FB_TRY(apply_device_program(*device_program_, layout_, dirs));
+    trace::mark("create: systemd placement done");
+    FB_TRY_CTX(sync_send(parent_end_.get(), SyncType::Go, 0, hook_state_json(state_, "created")), "start container init");
+    trace::mark("create: go");
     return {};
 }
 
@@ -538,6 +649,7 @@ Result<void> ContainerCreation::clone_and_drive_init() {
     // Placement is done: clone3 put the child in the v2 cgroup, and it joins the v1
     // hierarchies itself through these fds (see join_v1_cgroups).
     task_files.clear();
+    if (systemd_) FB_TRY(start_systemd_unit());
 
     std::function<Result<void>()> while_init_works;
     if (device_program_while_init_works_)
@@ -582,8 +694,9 @@ Result<void> ContainerCreation::clone_init(uint64_t flags) {
         }
         // Go before the way back out of the template's namespaces (a setns each): init
         // starts its work meanwhile.
-        if (child_ > 0) {
-            state_.pid = child_;
+        // With the systemd driver init waits for Go until systemd has put it in its unit.
+        if (child_ > 0) state_.pid = child_;
+        if (child_ > 0 && !systemd_) {
             go = sync_send(parent_end_.get(), SyncType::Go, 0, hook_state_json(state_, "created"));
             trace::mark("create: go");
         }
@@ -607,6 +720,7 @@ Result<pid_t> ContainerCreation::finish() {
     child_guard_->dismiss();
     if (init_guard_) init_guard_->dismiss();
     cgroups_.commit();
+    if (systemd_unit_) systemd_unit_->armed = false;
     trace::mark("create: done");
     dir_guard_->armed = false;
     log::debug("created container " + opt_.id + " with init pid " + std::to_string(state_.pid));

@@ -49,6 +49,11 @@ std::string serialize_state(const ContainerState& s) {
     w.key("cgroupDirsCreated").begin_array();
     for (const auto& d : s.cgroup_dirs_created) w.value(d);
     w.end_array();
+    // Only with the systemd driver: cgroupfs containers' state stays as it was.
+    if (!s.systemd_unit.empty()) {
+        w.key("cgroupDriver").value("systemd");
+        w.key("systemdUnit").value(s.systemd_unit);
+    }
     w.end_object();
     return w.take();
 }
@@ -106,6 +111,10 @@ Result<ContainerState> parse_state(std::string_view text) {
     }
     FB_ASSIGN(s.cgroup_dirs, string_array(root, "cgroupDirs"));
     FB_ASSIGN(s.cgroup_dirs_created, string_array(root, "cgroupDirsCreated"));
+    FB_ASSIGN(std::string driver, opt_string(root, "cgroupDriver"));
+    if (!driver.empty() && driver != "systemd") return fail(EINVAL, "state.json: unknown cgroupDriver \"" + driver + "\"");
+    FB_ASSIGN(s.systemd_unit, opt_string(root, "systemdUnit"));
+    if (driver == "systemd" && s.systemd_unit.empty()) return fail(EINVAL, "state.json: cgroupDriver systemd without systemdUnit");
     return s;
 }
 

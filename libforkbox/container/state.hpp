@@ -35,6 +35,9 @@ struct ContainerState {
     bool own_pid_namespace = false;
     std::vector<std::string> cgroup_dirs;          // host dirs holding the container
     std::vector<std::string> cgroup_dirs_created;  // the subset forkbox made, parents first
+    // The systemd driver's unit ("" with cgroupfs): later verbs (podman's kill, delete and
+    // state, conmon's exec) come without --systemd-cgroup and find the driver here.
+    std::string systemd_unit;
 };
 
 std::string serialize_state(const ContainerState& s);

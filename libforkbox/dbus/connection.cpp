@@ -94,7 +94,7 @@ Result<Connection> Connection::open(const std::string& path, bool bus) {
 
 Connection Connection::adopt(unique_fd fd, bool bus) {
     Connection c(std::move(fd), bus);
-    c.out_ = sasl_external_preamble(::geteuid());
+    c.preamble_ = sasl_external_preamble(::geteuid());
     if (bus)
         c.hello_serial_ = c.queue(Message::method_call("org.freedesktop.DBus", "/org/freedesktop/DBus",
                                                        "org.freedesktop.DBus", "Hello"));
@@ -127,10 +127,10 @@ Result<void> wait_fd(int fd, short events, Clock::time_point deadline, const cha
 }
 }  // namespace
 
-Result<void> Connection::flush(Clock::time_point deadline) {
+Result<void> Connection::send_all(const std::string& data, Clock::time_point deadline) {
     size_t done = 0;
-    while (done < out_.size()) {
-        ssize_t n = ::send(fd_.get(), out_.data() + done, out_.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (done < data.size()) {
+        ssize_t n = ::send(fd_.get(), data.data() + done, data.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && errno == EAGAIN) {
             FB_TRY(wait_fd(fd_.get(), POLLOUT, deadline, "writing to D-Bus"));
@@ -139,6 +139,37 @@ Result<void> Connection::flush(Clock::time_point deadline) {
         if (n < 0) return sys_error("write to D-Bus");
         done += static_cast<size_t>(n);
     }
+    return {};
+}
+
+Result<void> Connection::authenticate(Clock::time_point deadline) {
+    if (!preamble_.empty()) {
+        FB_TRY(send_all(preamble_, deadline));
+        preamble_.clear();
+    }
+    while (!authenticated_) {
+        size_t eol = in_.find("\r\n");
+        if (eol == std::string::npos) {
+            if (in_.size() > 4096) return fail(EPROTO, "D-Bus authentication: no end of line");
+            FB_TRY(fill(deadline));
+            continue;
+        }
+        std::string line = in_.substr(0, eol);
+        in_.erase(0, eol + 2);
+        if (line.starts_with("OK ")) {
+            authenticated_ = true;
+        } else if (line.starts_with("REJECTED")) {
+            return fail(EACCES, "D-Bus authentication (EXTERNAL) rejected");
+        } else {
+            return fail(EPROTO, "D-Bus authentication: unexpected answer \"" + line + "\"");
+        }
+    }
+    return {};
+}
+
+Result<void> Connection::flush(Clock::time_point deadline) {
+    FB_TRY(authenticate(deadline));
+    FB_TRY(send_all(out_, deadline));
     out_.clear();
     return {};
 }
@@ -160,23 +191,6 @@ Result<void> Connection::fill(Clock::time_point deadline) {
 
 Result<Message> Connection::next(Clock::time_point deadline) {
     FB_TRY(flush(deadline));
-    while (!authenticated_) {
-        size_t eol = in_.find("\r\n");
-        if (eol == std::string::npos) {
-            if (in_.size() > 4096) return fail(EPROTO, "D-Bus authentication: no end of line");
-            FB_TRY(fill(deadline));
-            continue;
-        }
-        std::string line = in_.substr(0, eol);
-        in_.erase(0, eol + 2);
-        if (line.starts_with("OK ")) {
-            authenticated_ = true;
-        } else if (line.starts_with("REJECTED")) {
-            return fail(EACCES, "D-Bus authentication (EXTERNAL) rejected");
-        } else {
-            return fail(EPROTO, "D-Bus authentication: unexpected answer \"" + line + "\"");
-        }
-    }
     for (;;) {
         if (in_.size() >= 16) {
             FB_ASSIGN(size_t length, message_length(std::string_view(in_).substr(0, 16)));

@@ -3,8 +3,11 @@
 // per invocation.
 //
 // Round trips are what it costs, so nothing is waited for that need not be: the
-// authentication, BEGIN, Hello (on a bus) and the first calls go out in one write, and the
-// server's answers are read as the replies are needed.
+// authentication and BEGIN go out in one write, then (after the server's OK) Hello on a bus
+// and the first calls in another, and the answers are read as the replies are needed.
+// Messages never travel with the authentication: sd-bus (systemd's /run/systemd/private)
+// parses what came with BEGIN only when more data arrives, so a short call sent along would
+// wait for ever (seen with StopUnit; a long StartTransientUnit happened to get through).
 #pragma once
 
 #include <chrono>
@@ -65,12 +68,16 @@ private:
     // deadline passes (ETIMEDOUT).
     Result<Message> next(Clock::time_point deadline);
     Result<void> fill(Clock::time_point deadline);
+    Result<void> send_all(const std::string& data, Clock::time_point deadline);
+    // Sends the preamble (once) and reads the server's OK.
+    Result<void> authenticate(Clock::time_point deadline);
 
     unique_fd fd_;
     bool bus_ = false;
     bool authenticated_ = false;
     uint32_t next_serial_ = 1;
     uint32_t hello_serial_ = 0;
+    std::string preamble_;  // the authentication, until sent
     std::string out_;
     std::string in_;
     std::deque<Message> signals_;

@@ -7,6 +7,7 @@
 #include <array>
 #include <string_view>
 
+#include "libforkbox/cgroup/systemd.hpp"
 #include "oci/linux_names.hpp"
 
 namespace forkbox {
@@ -321,7 +322,13 @@ Result<Plan> make_plan(const oci::Spec& spec, const PlanOptions& options) {
     if (plan.process.cwd.empty()) plan.process.cwd = "/";
 
     // cgroupsPath: absolute as given; relative under "/forkbox"; absent: "/forkbox/<id>".
-    if (linux.cgroups_path.empty())
+    // With the systemd driver, a unit in a slice (systemd.hpp).
+    if (options.systemd_cgroup) {
+        FB_ASSIGN(systemd::Unit unit, systemd::parse_cgroups_path(linux.cgroups_path, options.id, options.rootless));
+        plan.cgroups_path = unit.path;
+        plan.systemd_unit = unit.unit;
+        plan.systemd_slice = unit.slice;
+    } else if (linux.cgroups_path.empty())
         plan.cgroups_path = "/forkbox/" + options.id;
     else if (linux.cgroups_path[0] == '/')
         plan.cgroups_path = clean_container_path(linux.cgroups_path);

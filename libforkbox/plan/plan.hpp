@@ -110,6 +110,10 @@ struct Plan {
     // parent's device access); the cgroup planner allows the default devices after them
     // (effective_device_rules). No device rules when PlanOptions::restrict_devices is false.
     oci::Resources resources;
+    // The systemd driver's unit and its slice ("" with cgroupfs); cgroups_path is then the
+    // unit's cgroup below systemd's root ("/system.slice/forkbox-ID.scope").
+    std::string systemd_unit;
+    std::string systemd_slice;
 
     HookPlan hooks;
 };
@@ -122,6 +126,9 @@ struct PlanOptions {
     // (EPERM otherwise), and runc ignores the devices controller then. The container's
     // device access is its caller's.
     bool restrict_devices = true;
+    // --systemd-cgroup: linux.cgroupsPath is runc's "slice:prefix:name" (systemd.hpp).
+    bool systemd_cgroup = false;
+    bool rootless = false;  // for the systemd driver's default slice (user.slice)
 };
 
 // Spec (already validated) -> Plan. Fails only for values that validation cannot judge alone.
