@@ -281,6 +281,8 @@ sd_start_dbus() {
 }
 sd_stop_dbus() {
 	sd_systemctl stop dbus.service dbus.socket
+	# The socket file outlives the socket unit (RemoveOnStop=no).
+	sd_exec rm -f /run/dbus/system_bus_socket
 }
 
 # sd_cgroup_dir HIERARCHY: the host path of the fixture's root in the hierarchy mounted at
