@@ -417,3 +417,46 @@ set_cgroups_path() {
 	[[ $status -eq 0 ]] || fail "run: $stderr"
 	assert_stderr_contains "using /run/systemd/private"
 }
+
+@test "zygote: a warm template's namespaces with the unit's own cgroups, no spare cgroups" {
+	skip_if_runc "zygote mode is forkbox's own"
+	local sock=$BATS_TEST_TMPDIR/zygote.sock
+	sd_exec "$FORKBOX" --log "$BATS_TEST_TMPDIR/daemon.log" daemon --socket "$sock" --pool 1 \
+		</dev/null >/dev/null 2>"$BATS_TEST_TMPDIR/daemon.err" 3>&- 4>&- &
+	FB_PIDS+=($!)
+	local i stats
+	for ((i = 0; i < 100; i++)); do
+		stats=$(sd_exec "$FORKBOX" daemon --socket "$sock" --stats 2>/dev/null) && break
+		sleep 0.05
+	done
+	[[ -n $stats ]] || fail "no daemon: $(cat "$BATS_TEST_TMPDIR/daemon.err")"
+	set_cgroups_path "system.slice:fbx:$CID"
+	set_args /bin/sh -c 'cat /proc/self/cgroup'
+	# The first request teaches the daemon this key (cold), the second takes a template.
+	run runtime --systemd-cgroup --zygote="$sock" run --bundle "$BUNDLE" "$CID"
+	assert_success
+	for ((i = 0; i < 100; i++)); do
+		stats=$(sd_exec "$FORKBOX" daemon --socket "$sock" --stats)
+		[[ $stats == *" ready=1 "* ]] && break
+		sleep 0.05
+	done
+	set_cgroups_path "system.slice:fbx:$CID-2"
+	run runtime --systemd-cgroup --zygote="$sock" run --bundle "$BUNDLE" "$CID-2"
+	assert_success
+	assert_line "4:memory:/system.slice/fbx-$CID-2.scope"
+	assert_line "6:freezer:/system.slice/fbx-$CID-2.scope"
+	assert_line "9:name=systemd:/system.slice/fbx-$CID-2.scope"
+	run sd_exec "$FORKBOX" daemon --socket "$sock" --stats
+	assert_output --partial "served=1"
+	# The daemon (its pid inside the fixture) stops before its spares are looked for.
+	local daemon
+	daemon=$(sd_exec pgrep -f -- "daemon --socket $sock")
+	[[ -n $daemon ]] && sd_exec kill -TERM $daemon
+	for ((i = 0; i < 100; i++)); do
+		sd_exec test -e "/proc/$daemon" || break
+		sleep 0.05
+	done
+	assert_unit_gone "fbx-$CID-2.scope"
+	assert_no_cgroups_left ".zygote-*"
+	assert_no_cgroups_left "fbx-$CID*"
+}

@@ -104,6 +104,19 @@ TEST(ZygoteProtocol, TakeCarriesTheCgroupParent) {
         EXPECT_FALSE(decode_request("take " + std::to_string(CLONE_NEWNET) + " " + bad)) << bad;
 }
 
+TEST(ZygoteProtocol, NoSpareCgroupsIsADashWhenAUserNamespaceOrARootfsFollows) {
+    Request r{Request::Op::Take, CLONE_NEWNET, "", "0123456789abcdef", "/b", {}};
+    std::string text = encode_request(r);
+    EXPECT_EQ(text, "take " + std::to_string(CLONE_NEWNET) + " - rootfs 0123456789abcdef /b");
+    auto back = decode_request(text);
+    ASSERT_TRUE(back) << back.error().what();
+    EXPECT_EQ(back->cgroup_parent, "");
+    EXPECT_EQ(back->rootfs_bundle, "/b");
+    auto bare = decode_request(encode_request(Request{Request::Op::Take, CLONE_NEWNET, "", {}, {}, {}}));
+    ASSERT_TRUE(bare);
+    EXPECT_EQ(bare->cgroup_parent, "");
+}
+
 TEST(ZygoteProtocol, RepliesNameOnlyASpareCgroup) {
     auto r = decode_reply(encode_reply({CLONE_NEWNET, spare_name(1234, 7), false}));
     ASSERT_TRUE(r);

@@ -194,7 +194,9 @@ std::string config_fingerprint(std::string_view config_text) {
 std::string encode_request(const Request& r) {
     if (r.op == Request::Op::Stats) return "stats";
     std::string out = "take " + std::to_string(r.key);
-    if (!r.cgroup_parent.empty() || !r.id_maps.empty()) out += " " + (r.cgroup_parent.empty() ? "/" : r.cgroup_parent);
+    // "-": no spares (the systemd driver's requests), when a user namespace or a rootfs follows.
+    if (!r.cgroup_parent.empty() || !r.id_maps.empty() || !r.rootfs_fingerprint.empty())
+        out += " " + (r.cgroup_parent.empty() ? "-" : r.cgroup_parent);
     if (!r.id_maps.empty()) out += " userns " + r.id_maps;
     if (!r.rootfs_fingerprint.empty()) out += " rootfs " + r.rootfs_fingerprint + " " + r.rootfs_bundle;
     return out;
@@ -216,8 +218,8 @@ Result<Request> decode_request(std::string_view text) {
         size_t end = parent.find(' ');
         std::string_view tail = end == std::string_view::npos ? std::string_view{} : parent.substr(end + 1);
         parent = parent.substr(0, end);
-        if (!valid_cgroup_parent(parent)) return fail(EPROTO, "bad cgroup parent");
-        r.cgroup_parent = std::string(parent);
+        if (parent != "-" && !valid_cgroup_parent(parent)) return fail(EPROTO, "bad cgroup parent");
+        r.cgroup_parent = parent == "-" ? std::string() : std::string(parent);
         if (tail.starts_with("userns ")) {
             std::string_view maps = tail.substr(7);
             size_t maps_end = maps.find(' ');

@@ -25,7 +25,8 @@
 // makes the mount and pid namespaces inside the user namespace).
 //
 // Protocol: one SOCK_SEQPACKET connection per request, one message each way.
-//   client: "take <key> <cgroup parent>[ userns <id maps>][ rootfs <fingerprint> <bundle>]"
+//   client: "take <key>[ <cgroup parent>[ userns <id maps>][ rootfs <fingerprint> <bundle>]]"
+//           (the parent "-", or none: no spare cgroups, as the systemd driver asks)
 //                          daemon: "ok <key>[ <spare cgroup name>][ rootfs[ cgroups][ devices]]" with
 //                                  one nsfs fd per namespace in the key (SCM_RIGHTS, in
 //                                  kTemplateOrder), then, for a rootfs template, the mount
