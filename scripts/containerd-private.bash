@@ -18,7 +18,8 @@
 # CTRD_CRI_BINARY is set: then it serves on the same socket (host network only: no CNI),
 # with a runtime entry "forkbox" of type io.containerd.runc.v2 whose BinaryName is
 # $CTRD_CRI_BINARY, and $CTRD_CRI_SANDBOX_IMAGE as the pause image (import it into the
-# k8s.io namespace first).
+# k8s.io namespace first). CTRD_CRI_SYSTEMD_CGROUP=true sets that entry's SystemdCgroup (the
+# shim then passes --systemd-cgroup, and pods need a cgroup parent ending in .slice).
 
 CTRD_SCRIPTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CTRD_NS=${CTRD_NS:-forkbox-test}
@@ -88,6 +89,7 @@ EOF
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.forkbox.options]
         BinaryName = "$CTRD_CRI_BINARY"
         Root = "$dir/cri-forkbox"
+        SystemdCgroup = ${CTRD_CRI_SYSTEMD_CGROUP:-false}
 EOF
 	fi
 	# setsid: containerd (and the shims it starts, which re-parent to init) stay out of the

@@ -16,6 +16,8 @@ No crictl in Debian: the messages are built at run time from a descriptor holdin
 fields used here, with the field numbers of the CRI runtime.v1 API (k8s.io/cri-api), so
 there is no generated code. Needs python3-grpcio and python3-protobuf (Debian's python3).
 The pod config depends only on its NAME and LOGDIR, so `create` sends the same one again.
+Environment: CRI_PID_MODE=POD shares the pod's pid namespace; CRI_CGROUP_PARENT is the pod's
+cgroup parent (a slice such as kubepods-besteffort-pod<uid>.slice with SystemdCgroup = true).
 """
 import json
 import os
@@ -109,6 +111,9 @@ def pod_config(name, logdir):
     # NODE network (no CNI), POD ipc; pid CONTAINER unless CRI_PID_MODE=POD (shared with the pod).
     ns.network, ns.ipc = 2, 0
     ns.pid = 0 if os.environ.get("CRI_PID_MODE") == "POD" else 1
+    # The pod's cgroup, as the kubelet names it: a slice with the systemd driver.
+    if os.environ.get("CRI_CGROUP_PARENT"):
+        cfg.linux.cgroup_parent = os.environ["CRI_CGROUP_PARENT"]
     return cfg
 
 
