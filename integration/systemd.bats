@@ -450,7 +450,7 @@ set_cgroups_path() {
 	assert_output --partial "served=1"
 	# The daemon (its pid inside the fixture) stops before its spares are looked for.
 	local daemon
-	daemon=$(sd_exec pgrep -f -- "daemon --socket $sock")
+	daemon=$(sd_exec pgrep -o -f -- "^$FORKBOX --log [^ ]* daemon --socket $sock")
 	[[ -n $daemon ]] && sd_exec kill -TERM $daemon
 	for ((i = 0; i < 100; i++)); do
 		sd_exec test -e "/proc/$daemon" || break
