@@ -302,6 +302,19 @@ set_cgroups_path() {
 	assert_no_cgroups_left "fbx-$CID.scope"
 }
 
+@test "a create that fails after its unit started (a failing createRuntime hook) leaves no unit and no cgroups" {
+	set_cgroups_path "system.slice:fbx:$CID"
+	update_config '.hooks.createRuntime = [{path: "/bin/false"}]'
+	set_args /bin/sleep 100
+	status=0
+	sd_create "$CID" || status=$?
+	[[ $status -ne 0 ]] || fail "create succeeded with a failing hook"
+	# runc leaves the container to delete (runtime-spec: the lifecycle goes on with delete).
+	runtime delete --force "$CID" >/dev/null 2>&1 || true
+	assert_unit_gone "fbx-$CID.scope"
+	assert_no_cgroups_left "fbx-$CID.scope"
+}
+
 @test "a slice in a slice: a-b.slice is /a.slice/a-b.slice" {
 	local top=fbxt${CID//[^0-9]/}
 	set_cgroups_path "$top-inner.slice:fbx:$CID"

@@ -71,6 +71,9 @@ public:
     // O_PATH fd of the v2 directory for clone3(CLONE_INTO_CGROUP), or -1.
     int unified_fd() const { return unified_fd_.get(); }
     void commit() { committed_ = true; }
+    // A directory made for the container after the placement (the systemd driver's joins):
+    // removed with the rest if the scope is left before commit().
+    void add_created(std::string dir) { created_.push_back(std::move(dir)); }
     // Whether a zygote spare became the container's cgroup in every v1 hierarchy.
     bool spare_taken_everywhere() const { return spare_taken_everywhere_; }
 

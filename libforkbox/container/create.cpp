@@ -573,13 +573,14 @@ Result<void> ContainerCreation::start_systemd_unit() {
             if (next == std::string::npos) next = rest.size();
             dir += "/" + rest.substr(pos, next - pos);
             if (::mkdir(dir.c_str(), 0755) == 0)
-                state_.cgroup_dirs_created.push_back(dir);
+                cgroups_.add_created(dir);
             else if (errno != EEXIST)
                 return sys_error("create cgroup " + dir);
             pos = next + 1;
         }
         FB_TRY(write_file(dirs[i] + "/cgroup.procs", std::to_string(child_)));
     }
+    state_.cgroup_dirs_created = cgroups_.created();
     FB_TRY(apply_cgroup_writes(systemd_writes_, layout_, dirs));
     if (device_program_) FB_TRY(apply_device_program(*device_program_, layout_, dirs));
     trace::mark("create: systemd placement done");
