@@ -108,6 +108,8 @@ namespace {
 ManifestEntry file(uint64_t size, int64_t mtime) { return ManifestEntry{'f', size, mtime}; }
 ManifestEntry dir() { return ManifestEntry{'d', 0, 0}; }
 ManifestEntry whiteout() { return ManifestEntry{'w', 0, 0}; }
+ManifestEntry opaque_dir() { return ManifestEntry{'d', 0, 0, true}; }
+std::vector<std::pair<std::string, char>> nothing_below(const std::string&) { return {}; }
 
 }  // namespace
 
@@ -122,7 +124,7 @@ TEST(SessionDiff, AgainstTheLowerLayer) {
                                 {"/etc/motd", "deleted", 'f', 0},
                                 {"/tmp/new", "created", 'f', 3},
                                 {"/work", "created", 'd', 0}};
-    EXPECT_EQ(compute_diff(base, now, lower), want);
+    EXPECT_EQ(compute_diff(base, now, lower, nothing_below), want);
 }
 
 TEST(SessionDiff, AgainstAForkPoint) {
@@ -133,8 +135,28 @@ TEST(SessionDiff, AgainstAForkPoint) {
     std::vector<Change> want = {{"/w/changed", "modified", 'f', 2},
                                 {"/w/gone", "deleted", 'f', 0},
                                 {"/w/was_deleted", "created", 'f', 4}};
-    EXPECT_EQ(compute_diff(base, now, none), want);
+    EXPECT_EQ(compute_diff(base, now, none, nothing_below), want);
     EXPECT_EQ(format_changes({want[0]}), R"([{"path":"/w/changed","change":"modified","type":"file","size":2}])");
+}
+
+// rm -rf /etc/ssl; mkdir /etc/ssl; touch /etc/ssl/new: overlayfs makes /etc/ssl opaque, with
+// no whiteouts for what it hides.
+TEST(SessionDiff, ADirectoryMadeAgainHidesTheLowerEntriesBelowIt) {
+    Manifest base = {{"/tmp", opaque_dir()}, {"/etc", dir()}, {"/etc/ssl", dir()}, {"/etc/ssl/gone", whiteout()}};
+    Manifest now = {{"/tmp", opaque_dir()},      {"/etc", dir()}, {"/etc/ssl", opaque_dir()},
+                    {"/etc/ssl/new", file(1, 1)}, {"/etc/ssl/certs", dir()}};
+    auto lower = [](const std::string& p) -> char {
+        return p == "/etc" || p == "/etc/ssl" || p == "/etc/ssl/certs" || p == "/tmp" ? 'd' : '\0';
+    };
+    auto below = [](const std::string& p) -> std::vector<std::pair<std::string, char>> {
+        if (p == "/tmp") return {{"/tmp/host-file", 'f'}};  // opaque from the start: never seen
+        if (p != "/etc/ssl") return {};
+        return {{"/etc/ssl/certs", 'd'}, {"/etc/ssl/certs/ca.pem", 'f'}, {"/etc/ssl/gone", 'f'}, {"/etc/ssl/openssl.cnf", 'f'}};
+    };
+    std::vector<Change> want = {{"/etc/ssl/certs/ca.pem", "deleted", 'f', 0},
+                                {"/etc/ssl/new", "created", 'f', 1},
+                                {"/etc/ssl/openssl.cnf", "deleted", 'f', 0}};
+    EXPECT_EQ(compute_diff(base, now, lower, below), want);
 }
 
 TEST(WarmPython, ARunOfPythonCodeIsPython3DashC) {

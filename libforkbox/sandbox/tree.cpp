@@ -45,6 +45,13 @@ std::string_view type_name(char t) {
     }
 }
 
+// The sandbox's overlays are mounted with userxattr: an opaque directory says so in user.*.
+bool is_opaque(int dir_fd, const char* name) {
+    unique_fd fd(::openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    char value = 0;
+    return fd && ::fgetxattr(fd.get(), "user.overlay.opaque", &value, 1) == 1 && value == 'y';
+}
+
 int64_t mtime_ns(const struct stat& st) { return st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec; }
 
 bool write_all(int fd, std::string_view data) {
@@ -59,7 +66,8 @@ bool write_all(int fd, std::string_view data) {
     return true;
 }
 
-// Every entry under `dir` (relative to `at`), depth first, with its sandbox path.
+// Every entry under `dir` (relative to `at`), depth first: its sandbox path, its stat, and
+// its directory's fd and name there.
 template <typename Visit>
 void walk(int at, const std::string& dir, const std::string& sandbox_path, Visit&& visit) {
     unique_fd fd(::openat(at, dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -75,7 +83,7 @@ void walk(int at, const std::string& dir, const std::string& sandbox_path, Visit
     int dfd = ::dirfd(d);
     for (const auto& [name, st] : entries) {
         std::string child = (sandbox_path == "/" ? "" : sandbox_path) + "/" + name;
-        visit(child, st);
+        visit(child, st, dfd, name.c_str());
         if (S_ISDIR(st.st_mode)) walk(dfd, name, child, visit);
     }
     ::closedir(d);
@@ -227,7 +235,17 @@ Result<void> do_diff(int out, const TreeContext& t) {
         if (!fd || ::fstat(fd.get(), &st) < 0) return '\0';
         return type_of(st);
     };
-    auto changes = compute_diff(t.base ? *t.base : empty, now, lower_type);
+    auto lower_below = [&](const std::string& path) {
+        std::vector<std::pair<std::string, char>> below;
+        if (t.lower_fd < 0) return below;
+        unique_fd dir(sys::openat2(t.lower_fd, relative(path).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+                                   0, RESOLVE_IN_ROOT));
+        if (dir) walk(dir.get(), ".", path, [&](const std::string& p, const struct stat& st, int, const char*) {
+            below.emplace_back(p, type_of(st));
+        });
+        return below;
+    };
+    auto changes = compute_diff(t.base ? *t.base : empty, now, lower_type, lower_below);
     if (!write_all(out, format_changes(changes))) return sys_error("send");
     return {};
 }
@@ -357,14 +375,15 @@ std::vector<StateRoot> state_roots(const TreeContext& t) {
 
 Manifest take_manifest(const TreeContext& t) {
     Manifest m;
-    auto record = [&](const std::string& path, const struct stat& st) {
+    auto record = [&](const std::string& path, const struct stat& st, int dir_fd, const char* name) {
         char type = type_of(st);
-        m[path] = ManifestEntry{type, type == 'f' || type == 'l' ? static_cast<uint64_t>(st.st_size) : 0, mtime_ns(st)};
+        m[path] = ManifestEntry{type, type == 'f' || type == 'l' ? static_cast<uint64_t>(st.st_size) : 0, mtime_ns(st),
+                                type == 'd' && is_opaque(dir_fd, name)};
     };
     for (const auto& root : state_roots(t)) {
         struct stat st;
         if (::fstatat(t.stage_fd, root.stage_path.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
-        if (root.sandbox_path != "/") record(root.sandbox_path, st);
+        if (root.sandbox_path != "/") record(root.sandbox_path, st, t.stage_fd, root.stage_path.c_str());
         if (S_ISDIR(st.st_mode)) walk(t.stage_fd, root.stage_path, root.sandbox_path, record);
     }
     // A directory's mtime changes with its entries: directories compare by type alone.

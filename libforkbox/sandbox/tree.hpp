@@ -30,6 +30,9 @@ struct ManifestEntry {
     char type = 'f';  // f file, d dir, l symlink, w whiteout, o other
     uint64_t size = 0;
     int64_t mtime_ns = 0;
+    // A directory of the upper layer that hides the lower one's entries below it (overlayfs
+    // makes one when a directory is removed and made again): they are gone.
+    bool opaque = false;
     bool operator==(const ManifestEntry&) const = default;
 };
 using Manifest = std::map<std::string, ManifestEntry>;
@@ -62,9 +65,11 @@ struct Change {
     uint64_t size = 0;
     bool operator==(const Change&) const = default;
 };
-// `lower_type(path)`: the type of the path in the lower layer, '\0' when it has none.
-template <typename LowerType>
-std::vector<Change> compute_diff(const Manifest& base, const Manifest& now, LowerType lower_type);
+// `lower_type(path)`: the type of the path in the lower layer, '\0' when it has none;
+// `lower_below(path)`: the lower layer's entries below a directory, (path, type), any depth.
+template <typename LowerType, typename LowerBelow>
+std::vector<Change> compute_diff(const Manifest& base, const Manifest& now, LowerType lower_type,
+                                 LowerBelow lower_below);
 std::string format_changes(const std::vector<Change>& changes);  // a JSON array
 
 // The file verb `r` inside the sandbox: reads from `in`, writes to `out`, a message on `err`.
@@ -79,8 +84,9 @@ Result<void> copy_tree(int src, int dst, const std::set<std::string>* skip = nul
 
 // --- template definition ---
 
-template <typename LowerType>
-std::vector<Change> compute_diff(const Manifest& base, const Manifest& now, LowerType lower_type) {
+template <typename LowerType, typename LowerBelow>
+std::vector<Change> compute_diff(const Manifest& base, const Manifest& now, LowerType lower_type,
+                                 LowerBelow lower_below) {
     std::vector<Change> out;
     for (const auto& [path, e] : now) {
         auto b = base.find(path);
@@ -91,7 +97,15 @@ std::vector<Change> compute_diff(const Manifest& base, const Manifest& now, Lowe
             if (existed) out.push_back({path, "deleted", was, 0});
             continue;
         }
-        if (e.type == 'd' && existed) continue;  // a directory copied up: its entries tell
+        if (e.type == 'd' && existed) {
+            // A directory copied up: its entries tell. One made opaque since the base hides
+            // the lower entries below it that the base still had.
+            bool was_opaque = b != base.end() && b->second.opaque;
+            if (e.opaque && !was_opaque)
+                for (const auto& [below, type] : lower_below(path))
+                    if (!now.count(below) && !base.count(below)) out.push_back({below, "deleted", type, 0});
+            continue;
+        }
         out.push_back({path, existed ? "modified" : "created", e.type, e.size});
     }
     // What was in the state and is gone without a whiteout (it was not in the lower layer).

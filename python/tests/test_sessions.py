@@ -344,6 +344,16 @@ def test_diff_since_the_session_began(sb):
     assert changes["/etc/issue"].change == "deleted"
 
 
+def test_diff_of_a_directory_removed_and_made_again(sb):
+    # overlayfs makes the new directory opaque: no whiteouts for what it hides.
+    host = [os.path.join(d, n)[len("/etc/default"):] for d, dirs, files in os.walk("/etc/default") for n in dirs + files]
+    assert host
+    sb.run("rm -rf /etc/default && mkdir /etc/default && echo x > /etc/default/new")
+    changes = {c.path: c.change for c in sb.diff()}
+    assert changes.pop("/etc/default/new") == "created"
+    assert changes == {"/etc/default" + p: "deleted" for p in host}
+
+
 # Expiry -----------------------------------------------------------------------------------
 
 
