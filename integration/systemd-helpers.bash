@@ -29,6 +29,10 @@
 #   $SD_PID           host pid of the fixture's systemd (its PID 1)
 #   $SD_DIR           the fixture's files (log, launcher pid, cgroup list)
 #   $SD_CGROUP_DIRS   host paths of the fixture's root cgroup, one per hierarchy, ':'-separated
+#
+# With SD_CGROUP2_ONLY=1, sd_boot gives the fixture the host's cgroup2 hierarchy alone, mounted
+# at its /sys/fs/cgroup: systemd runs in unified mode and a runtime inside sees a pure v2 host
+# (on a hybrid host that hierarchy holds the controllers v1 does not, e.g. hugetlb alone).
 
 # Units a booting systemd would start that must not run here (they act on the host: /tmp,
 # sysctls, swap, the clock, udev, the journal).
@@ -119,12 +123,15 @@ _sd_inside() {
 	mount -o remount,bind,ro /proc/sys
 	# /sys read-only, then the cgroup tree on top of it (a mount needs no write access to
 	# the directory it covers).
-	mount --bind /sys /sys
-	mount -o remount,bind,ro /sys
 	local unified_root=no
 	for m in "$@"; do
 		[[ $m == /sys/fs/cgroup:cgroup2:* ]] && unified_root=yes
 	done
+	# A cgroup2 root alone: the host's cgroup mounts go, not just covered (they would stay
+	# in mountinfo, where a runtime finds the hierarchies).
+	[[ $unified_root == yes ]] && umount -R /sys/fs/cgroup 2>/dev/null
+	mount --bind /sys /sys
+	mount -o remount,bind,ro /sys
 	if [[ $unified_root == yes ]]; then
 		mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 /sys/fs/cgroup
 	else
@@ -197,6 +204,10 @@ sd_boot() {
 	: >"$SD_DIR/systemd.log"
 	local mp fstype ctl dir mounts=() dirs=()
 	while read -r mp fstype ctl dir; do
+		if [[ -n ${SD_CGROUP2_ONLY:-} ]]; then
+			[[ $fstype == cgroup2 ]] || continue
+			mp=/sys/fs/cgroup
+		fi
 		_sd_make_cgroup "$dir/$SD_NAME" || {
 			echo "sd_boot: cannot make cgroup $dir/$SD_NAME" >&2
 			return 1
@@ -324,4 +335,69 @@ sd_shutdown() {
 	fi
 	SD_PID=
 	return 0
+}
+
+# --- for the tests of the driver (systemd.bats, systemd-v2.bats) ---
+
+# sd_forget_units ID: units of a test's container a failed test left, stopped and forgotten,
+# so the next test starts clean.
+sd_forget_units() {
+	local unit
+	for unit in $(sd_systemctl list-units --all --plain --no-legend "*$1*" 2>/dev/null | awk '{print $1}'); do
+		sd_systemctl stop "$unit" >/dev/null 2>&1 || true
+		sd_systemctl reset-failed "$unit" >/dev/null 2>&1 || true
+	done
+}
+
+# cgroup_of PID [HIERARCHY]: PID's cgroup inside the fixture in the hierarchy mounted at
+# /sys/fs/cgroup/HIERARCHY (default name=systemd's "systemd"; "unified" is cgroup2).
+cgroup_of() {
+	local pid=$1 hierarchy=${2:-systemd} ctl
+	case $hierarchy in
+	unified) ctl= ;;
+	systemd) ctl=name=systemd ;;
+	*) ctl=$hierarchy ;;
+	esac
+	sd_exec awk -F: -v c="$ctl" '$2 == c { print $3 }' "/proc/$pid/cgroup"
+}
+
+# assert_in_cgroup PID PATH: PID (inside the fixture) is in PATH in every hierarchy.
+assert_in_cgroup() {
+	local pid=$1 want=$2 text
+	text=$(sd_exec cat "/proc/$pid/cgroup") || fail "no process $pid"
+	local line bad=
+	while IFS= read -r line; do
+		[[ ${line#*:*:} == "$want" ]] || bad+="$line"$'\n'
+	done <<<"$text"
+	[[ -z $bad ]] || fail "process $pid is not in $want everywhere:
+$text"
+}
+
+# unit_gone UNIT: systemd no longer knows the unit.
+assert_unit_gone() {
+	local state
+	state=$(sd_unit_property "$1" LoadState)
+	[[ $state == not-found ]] || fail "unit $1 is still $state ($(sd_unit_property "$1" ActiveState))"
+}
+
+# assert_no_cgroups_left NAME: no directory NAME in any hierarchy of the fixture.
+assert_no_cgroups_left() {
+	local dir found=
+	while read -r dir; do
+		found+=$(find "$dir" -name "$1" 2>/dev/null)
+	done <"$SD_DIR/cgroups"
+	[[ -z $found ]] || fail "cgroups left: $found"
+}
+
+# sd_create ID [ARGS...]: create_container with --systemd-cgroup (a global flag).
+sd_create() {
+	local id=$1
+	shift
+	runtime --systemd-cgroup create --bundle "$BUNDLE" "$@" "$id" \
+		</dev/null >"$BATS_TEST_TMPDIR/$id.out" 2>"$BATS_TEST_TMPDIR/$id.err" 3>&- 4>&-
+}
+
+# set_cgroups_path PATH
+set_cgroups_path() {
+	update_config '.linux.cgroupsPath = $p' --arg p "$1"
 }

@@ -112,13 +112,6 @@ skip_without_podman() {
 	command -v podman >/dev/null && command -v conmon >/dev/null || skip "podman and conmon are not installed"
 }
 
-# assert_unit_gone UNIT
-assert_unit_gone() {
-	local state
-	state=$(sd_unit_property "$1" LoadState)
-	[[ $state == not-found ]] || fail "unit $1 is still $state ($(sd_unit_property "$1" ActiveState))"
-}
-
 @test "podman, cgroup_manager=systemd: the container runs in machine.slice's libpod-<id>.scope" {
 	skip_without_podman
 	run pm run --name "fbt$BATS_TEST_NUMBER" "$PM_IMAGE" cat /proc/self/cgroup

@@ -26,65 +26,7 @@ setup() {
 
 teardown() {
 	fb_teardown
-	# Units a failed test left: stopped and forgotten, so the next test starts clean.
-	local unit
-	for unit in $(sd_systemctl list-units --all --plain --no-legend "*$CID*" 2>/dev/null | awk '{print $1}'); do
-		sd_systemctl stop "$unit" >/dev/null 2>&1 || true
-		sd_systemctl reset-failed "$unit" >/dev/null 2>&1 || true
-	done
-}
-
-# cgroup_of PID [HIERARCHY]: PID's cgroup inside the fixture in the hierarchy mounted at
-# /sys/fs/cgroup/HIERARCHY (default name=systemd's "systemd"; "unified" is cgroup2).
-cgroup_of() {
-	local pid=$1 hierarchy=${2:-systemd} ctl
-	case $hierarchy in
-	unified) ctl= ;;
-	systemd) ctl=name=systemd ;;
-	*) ctl=$hierarchy ;;
-	esac
-	sd_exec awk -F: -v c="$ctl" '$2 == c { print $3 }' "/proc/$pid/cgroup"
-}
-
-# assert_in_cgroup PID PATH: PID (inside the fixture) is in PATH in every hierarchy.
-assert_in_cgroup() {
-	local pid=$1 want=$2 text
-	text=$(sd_exec cat "/proc/$pid/cgroup") || fail "no process $pid"
-	local line bad=
-	while IFS= read -r line; do
-		[[ ${line#*:*:} == "$want" ]] || bad+="$line"$'\n'
-	done <<<"$text"
-	[[ -z $bad ]] || fail "process $pid is not in $want everywhere:
-$text"
-}
-
-# unit_gone UNIT: systemd no longer knows the unit.
-assert_unit_gone() {
-	local state
-	state=$(sd_unit_property "$1" LoadState)
-	[[ $state == not-found ]] || fail "unit $1 is still $state ($(sd_unit_property "$1" ActiveState))"
-}
-
-# assert_no_cgroups_left NAME: no directory NAME in any hierarchy of the fixture.
-assert_no_cgroups_left() {
-	local dir found=
-	while read -r dir; do
-		found+=$(find "$dir" -name "$1" 2>/dev/null)
-	done <"$SD_DIR/cgroups"
-	[[ -z $found ]] || fail "cgroups left: $found"
-}
-
-# sd_create ID [ARGS...]: create_container with --systemd-cgroup (a global flag).
-sd_create() {
-	local id=$1
-	shift
-	runtime --systemd-cgroup create --bundle "$BUNDLE" "$@" "$id" \
-		</dev/null >"$BATS_TEST_TMPDIR/$id.out" 2>"$BATS_TEST_TMPDIR/$id.err" 3>&- 4>&-
-}
-
-# set_cgroups_path PATH
-set_cgroups_path() {
-	update_config '.linux.cgroupsPath = $p' --arg p "$1"
+	sd_forget_units "$CID"
 }
 
 @test "fixture: systemd runs as PID 1 of its own namespaces, with private /run, /dev and cgroups" {
