@@ -123,6 +123,21 @@ program_tag() {
 	[[ ! -e $V2$CG ]] || fail "delete left $V2$CG"
 }
 
+@test "a v2 view made by covering the host's cgroup mounts (a bind of /sys over /sys): the covered v1 mounts, still in mountinfo, are not hierarchies" {
+	set_args /bin/sh -c 'cat /proc/self/cgroup'
+	update_config '.linux.namespaces |= map(select(.type != "cgroup"))'  # the full path, please
+	run unshare --mount --propagation private -- sh -c \
+		'mount --bind /sys /sys && mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec "$@"' \
+		sh "$FORKBOX" --root "$ROOT" run --bundle "$BUNDLE" "$CID"
+	assert_success
+	assert_line "0::$CG"
+	[[ ! -e $V2$CG ]] || fail "run left $V2$CG"
+	local d
+	for d in /sys/fs/cgroup/*/; do
+		[[ ! -e $d${CG#/} ]] || fail "a v1 cgroup was made: $d${CG#/}"
+	done
+}
+
 @test "pause and resume freeze and thaw the v2 cgroup through cgroup.freeze" {
 	set_args /bin/sh -c 'i=0; while true; do i=$((i+1)); echo $i; sleep 0.02; done'
 	run_detached "$CID"

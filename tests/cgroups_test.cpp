@@ -110,6 +110,28 @@ TEST(CgroupLayout, BindOfASubCgroupIsNotAHierarchyRoot) {
     EXPECT_TRUE(l.hierarchies.empty());
 }
 
+// A fixture's (or a nested container's) view: /sys bound over /sys hides the host's cgroup
+// mounts, which mountinfo still lists; the cgroup2 mount on the new /sys is the layout.
+TEST(CgroupLayout, MountsCoveredByAMountAboveThemAreNotHierarchies) {
+    auto l = parse_cgroup_layout(
+        "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
+        "18 1 0:17 / /sys rw - sysfs sysfs rw\n"
+        "24 18 0:20 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
+        "29 24 0:25 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+        "41 24 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n"
+        "90 18 0:17 / /sys ro - sysfs sysfs rw\n"
+        "91 90 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+    EXPECT_EQ(l.mode, CgroupMode::V2);
+    EXPECT_EQ(mountpoints(l), (std::vector<std::string>{"/sys/fs/cgroup"}));
+    // A mount on a hierarchy's own root hides it too (the later one is the hierarchy).
+    l = parse_cgroup_layout(
+        "24 18 0:20 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
+        "29 24 0:25 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+        "30 29 0:26 / /sys/fs/cgroup/memory rw - tmpfs tmpfs rw\n"
+        "31 24 0:27 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n");
+    EXPECT_EQ(mountpoints(l), (std::vector<std::string>{"/sys/fs/cgroup/pids"}));
+}
+
 // ---- cgroup v2 ----
 
 TEST(CgroupLayout, PureV2HostIsV2) { EXPECT_EQ(parse_cgroup_layout(kV2Host).mode, CgroupMode::V2); }

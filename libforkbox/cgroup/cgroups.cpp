@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <set>
 
 #include "libforkbox/base/files.hpp"
@@ -33,12 +34,52 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
 }
 }  // namespace
 
+namespace {
+
+// A mount listed in mountinfo that a path can reach: not covered by a mount on its root (a
+// bind of /sys over /sys hides the cgroup mounts below the old /sys, which stay listed), and
+// below a mount that is reachable too. A parent not listed (outside our root) counts as reached.
+struct MountTree {
+    struct Entry {
+        std::string_view id, parent, mountpoint;
+    };
+    std::vector<Entry> entries;
+    std::map<std::string_view, size_t> by_id;
+    std::set<std::string_view> covered;  // ids with a mount on their own root
+
+    explicit MountTree(const std::vector<Entry>& all) : entries(all) {
+        for (size_t i = 0; i < entries.size(); ++i) by_id.emplace(entries[i].id, i);
+        for (const auto& e : entries)
+            if (auto p = by_id.find(e.parent); p != by_id.end() && entries[p->second].mountpoint == e.mountpoint)
+                covered.insert(e.parent);
+    }
+    bool reached(size_t i, int depth = 0) const {
+        auto p = by_id.find(entries[i].parent);
+        if (p == by_id.end() || p->second == i || depth > 256) return true;
+        const Entry& parent = entries[p->second];
+        return reached(p->second, depth + 1) &&
+               (!covered.count(parent.id) || parent.mountpoint == entries[i].mountpoint);
+    }
+    bool visible(size_t i) const { return !covered.count(entries[i].id) && reached(i); }
+};
+
+}  // namespace
+
 CgroupLayout parse_cgroup_layout(std::string_view mountinfo) {
     CgroupLayout layout;
     std::set<std::string> seen_controllers;
     bool any_v1 = false, any_v2 = false;
+    std::vector<std::string_view> lines;
+    std::vector<MountTree::Entry> entries;
     for (auto line : split(mountinfo, '\n')) {
-        if (line.empty()) continue;
+        auto fields = split(line.substr(0, line.find(" - ")), ' ');
+        if (line.empty() || fields.size() < 5) continue;
+        lines.push_back(line);
+        entries.push_back({fields[0], fields[1], fields[4]});
+    }
+    MountTree tree(entries);
+    for (size_t i = 0; i < lines.size(); ++i) {
+        std::string_view line = lines[i];
         // id parent maj:min root mountpoint options [optional...] - fstype source superopts
         auto dash = line.find(" - ");
         if (dash == std::string_view::npos) continue;
@@ -46,6 +87,7 @@ CgroupLayout parse_cgroup_layout(std::string_view mountinfo) {
         auto right = split(line.substr(dash + 3), ' ');
         if (left.size() < 5 || right.size() < 3) continue;
         std::string_view root = left[3], mountpoint = left[4], fstype = right[0], super = right[2];
+        if ((fstype == "cgroup" || fstype == "cgroup2") && !tree.visible(i)) continue;
         if (root != "/") continue;  // a bind of a sub-cgroup (inside a container): not a root
         CgroupHierarchy h;
         h.mountpoint = std::string(mountpoint);
