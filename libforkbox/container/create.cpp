@@ -217,11 +217,13 @@ Result<pid_t> drive_init(pid_t child, bool intermediate, int sync_fd, const Plan
         case SyncType::UsernsReady:
             FB_TRY(write_id_mappings(child, plan.uid_mappings, plan.gid_mappings, id_maps));
             FB_TRY(sync_send(sync_fd, SyncType::UsernsDone));
+            trace::mark("create: id maps written");
             break;
         case SyncType::InitPid:
             init_pid = msg->value;
             init_guard.emplace(init_pid);
             state.pid = init_pid;
+            trace::mark("create: init pid");
             break;
         case SyncType::RuntimeHooks: {
             std::string hs = hook_state_json(state, "created");
@@ -427,6 +429,7 @@ Result<void> ContainerCreation::prepare_state() {
     state_.own_pid_namespace = plan_.own_pid_namespace();
     state_.systemd_unit = plan_.systemd_unit;
     // A state file from the start, so `delete --force` can clean up after a crashed create.
+    trace::mark("create: state dir made");
     FB_TRY(dir_->write_state(state_));
     trace::mark("create: state written");
     return {};
@@ -714,6 +717,7 @@ Result<pid_t> ContainerCreation::finish() {
     if (!st) return fail(ESRCH, "container init exited during setup");
     state_.pid_start_time = st->start_time;
     FB_TRY(dir_->write_state(state_));
+    trace::mark("create: state recorded");
     if (!opt_.pid_file.empty()) FB_TRY(write_pid_file(opt_.pid_file, state_.pid));
     if (pty_master_) {
         FB_ASSIGN(*pty_master_, receive_console_master(console_peer_.get()));

@@ -69,9 +69,11 @@ Result<void> intermediate_stage(InitArgs& a) {
     pid_t pid = sys::clone3_fork(CLONE_PARENT | (plan.new_namespaces & CLONE_NEWPID));
     if (pid < 0) return sys_error("clone init");
     if (pid > 0) {
+        trace::mark("intermediate: forked");
         (void)sync_send(a.sync_fd, SyncType::InitPid, pid);
         _exit(0);
     }
+    trace::mark("init: forked");
     return {};
 }
 
