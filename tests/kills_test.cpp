@@ -1,6 +1,7 @@
 // What a create killed at any step relies on: the cgroups it will make are named before it
 // makes them, init can tell that create died, and tests can stop a process at a given mark.
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,10 +11,35 @@
 #include <string>
 
 #include "libforkbox/base/trace.hpp"
+#include "libforkbox/process/sync.hpp"
 
 using namespace forkbox;
 
 namespace {
+
+TEST(SyncPeerGone, AnOpenPeerIsThere) {
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    EXPECT_FALSE(sync_peer_gone(sv[1]));
+    ::close(sv[0]);
+    ::close(sv[1]);
+}
+
+TEST(SyncPeerGone, AClosedPeerIsGoneEvenWithAMessageQueued) {
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    ASSERT_TRUE(sync_send(sv[0], SyncType::Go));
+    ::close(sv[0]);
+    EXPECT_TRUE(sync_peer_gone(sv[1]));
+    // The queued message is still read first: Go then EOF.
+    auto go = sync_recv(sv[1]);
+    ASSERT_TRUE(go);
+    EXPECT_EQ(go->type, SyncType::Go);
+    auto eof = sync_recv(sv[1]);
+    ASSERT_FALSE(eof);
+    EXPECT_EQ(eof.error().errnum(), EPIPE);
+    ::close(sv[1]);
+}
 
 // A child that reads FORKBOX_TEST_STOP_AT, passes `before`, then marks `label` twice.
 pid_t child_marking(const char* stop_at, const char* before, const char* label) {

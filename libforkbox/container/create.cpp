@@ -722,6 +722,10 @@ Result<pid_t> ContainerCreation::finish() {
     if (pty_master_) {
         FB_ASSIGN(*pty_master_, receive_console_master(console_peer_.get()));
     }
+    // Init may outlive us from here: it waited for this, so that a create killed before
+    // state.json named it takes it along (init.cpp, die_with_create).
+    FB_TRY_CTX(sync_send(parent_end_.get(), SyncType::Recorded), "container init exited during setup");
+    parent_end_.reset();
     child_guard_->dismiss();
     if (init_guard_) init_guard_->dismiss();
     cgroups_.commit();

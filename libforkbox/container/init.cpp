@@ -41,6 +41,14 @@ bool filter_allows_the_wait(const SeccompProgram& filter) {
     return true;
 }
 
+// Until `create` has recorded us in state.json (Recorded), nothing else knows this
+// process exists: it must not outlive a create that dies (a SIGKILL). Armed, then checked:
+// a create already dead before the prctl is seen as the sync socket's hang-up.
+void die_with_create(const InitArgs& a) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (sync_peer_gone(a.sync_fd)) _exit(1);
+}
+
 Result<void> map_user_namespace(const InitArgs& a) {
     // An unprivileged parent (or the newuidmap it runs) may open our /proc/PID/uid_map only
     // while we are dumpable. Nothing of the container runs yet, and we are undumpable again
@@ -73,6 +81,9 @@ Result<void> intermediate_stage(InitArgs& a) {
         (void)sync_send(a.sync_fd, SyncType::InitPid, pid);
         _exit(0);
     }
+    // A new process has no death signal (the kernel clears it on fork): ours again, for
+    // `create`, whose child CLONE_PARENT makes us.
+    die_with_create(a);
     trace::mark("init: forked");
     return {};
 }
@@ -83,7 +94,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     // later verb on this container.
     ::close(a.lock_fd);
     // Until create finishes, die with it rather than linger half-made.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    die_with_create(a);
     // Nothing in the container may open this process's /proc files (and through them the
     // forkbox binary) before execve resets dumpability.
     ::prctl(PR_SET_DUMPABLE, 0);
@@ -203,9 +214,14 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     bool seccomp_while_waiting = a.seccomp && !seccomp_early && plan.hooks.start_container.empty() &&
                                  filter_allows_the_wait(*a.seccomp);
 
+    // Off before Ready: create may exit as soon as it has read it and recorded us. From
+    // here a dead create shows as the socket's EOF instead of Recorded, and we exit.
     ::prctl(PR_SET_PDEATHSIG, 0);
     trace::mark("init: ready");
     FB_TRY(sync_send(a.sync_fd, SyncType::Ready));
+    trace::mark("init: ready sent");
+    FB_TRY_CTX(sync_expect(a.sync_fd, SyncType::Recorded), "wait for create to record the container");
+    trace::mark("init: recorded");
     ::close(a.sync_fd);
     a.sync_fd = -1;
     // The kernel takes ~0.5 ms to translate and JIT a Docker-sized filter. Loaded here, that

@@ -1,5 +1,6 @@
 #include "libforkbox/process/sync.hpp"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -29,6 +30,7 @@ const char* sync_type_name(SyncType t) {
     case SyncType::Error: return "error";
     case SyncType::SeccompListener: return "seccomp-listener";
     case SyncType::SeccompListenerDone: return "seccomp-listener-done";
+    case SyncType::Recorded: return "recorded";
     }
     return "unknown";
 }
@@ -103,6 +105,12 @@ Result<SyncMessage> sync_expect(int fd, SyncType type) {
         return fail(EPROTO, std::string("sync: expected ") + sync_type_name(type) + ", got " +
                                 sync_type_name(m.type));
     return m;
+}
+
+bool sync_peer_gone(int fd) {
+    // A SEQPACKET socket whose peer closed polls POLLHUP, queued messages or not.
+    struct pollfd p {fd, 0, 0};
+    return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR));
 }
 
 }  // namespace forkbox

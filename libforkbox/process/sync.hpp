@@ -9,7 +9,10 @@
 //   parent -> child   RuntimeHooksDone
 //   child  -> parent  SeccompListener (notify rules) the filter's listener fd attached
 //   parent -> child   SeccompListenerDone  the agent at listenerPath has it
-//   child  -> parent  Ready           init is about to block on the exec fifo
+//   child  -> parent  Ready           init is set up (its death signal is off from here)
+//   parent -> child   Recorded        state.json names init: only now may init outlive
+//                                     `create` (it then blocks on the exec fifo); EOF
+//                                     instead means create died first, and init exits
 //   child  -> parent  Error           value = errno, payload = message; child then exits
 #pragma once
 
@@ -33,6 +36,7 @@ enum class SyncType : uint32_t {
     Error,
     SeccompListener,
     SeccompListenerDone,
+    Recorded,
 };
 
 struct SyncMessage {
@@ -50,5 +54,8 @@ Result<SyncMessage> sync_recv(int fd);
 Result<SyncMessage> sync_expect(int fd, SyncType type);
 
 const char* sync_type_name(SyncType t);
+
+// The other end is closed (its process died): a poll, no message is read.
+bool sync_peer_gone(int fd);
 
 }  // namespace forkbox
