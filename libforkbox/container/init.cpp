@@ -74,13 +74,25 @@ Result<void> intermediate_stage(InitArgs& a) {
     }
     int rest = plan.new_namespaces & ~(CLONE_NEWUSER | CLONE_NEWPID | kUnsharedLater | a.warm_namespaces);
     if (rest && ::unshare(rest) < 0) return sys_error("unshare namespaces");
+    // init's first message (Ready, RuntimeHooks) must not reach create before InitPid, or
+    // create fails ("init ready before its pid was known") or gives hooks our pid: init
+    // waits for the byte we write once InitPid is sent (EOF: we died first, so does init).
+    int order[2];
+    if (::pipe2(order, O_CLOEXEC) < 0) return sys_error("pipe");
     pid_t pid = sys::clone3_fork(CLONE_PARENT | (plan.new_namespaces & CLONE_NEWPID));
     if (pid < 0) return sys_error("clone init");
     if (pid > 0) {
         trace::mark("intermediate: forked");
-        (void)sync_send(a.sync_fd, SyncType::InitPid, pid);
+        if (sync_send(a.sync_fd, SyncType::InitPid, pid)) (void)!::write(order[1], "1", 1);
         _exit(0);
     }
+    ::close(order[1]);
+    char sent = 0;
+    ssize_t n;
+    while ((n = ::read(order[0], &sent, 1)) < 0 && errno == EINTR) {
+    }
+    ::close(order[0]);
+    if (n != 1) _exit(1);
     // A new process has no death signal (the kernel clears it on fork): ours again, for
     // `create`, whose child CLONE_PARENT makes us.
     die_with_create(a);
