@@ -2,20 +2,77 @@
 // makes them, init can tell that create died, and tests can stop a process at a given mark.
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "libforkbox/base/trace.hpp"
+#include "libforkbox/cgroup/cgroups.hpp"
 #include "libforkbox/process/sync.hpp"
 
 using namespace forkbox;
 
 namespace {
+
+// Two hierarchies in a scratch directory: plain directories stand in for cgroupfs.
+class PlannedCgroupsTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        char tmpl[] = "/tmp/fb-planned-XXXXXX";
+        ASSERT_NE(::mkdtemp(tmpl), nullptr);
+        base_ = tmpl;
+        for (const char* h : {"memory", "unified"}) std::filesystem::create_directory(base_ + "/" + h);
+        layout_.mode = CgroupMode::Hybrid;
+        layout_.hierarchies = {{base_ + "/memory", false, "memory"}, {base_ + "/unified", true, ""}};
+    }
+    void TearDown() override { std::filesystem::remove_all(base_); }
+
+    std::string base_;
+    CgroupLayout layout_;
+};
+
+TEST_F(PlannedCgroupsTest, EveryHierarchyNamesTheContainersDir) {
+    auto p = planned_cgroups(layout_, "/forkbox/c1");
+    EXPECT_EQ(p.dirs, (std::vector<std::string>{base_ + "/memory/forkbox/c1", base_ + "/unified/forkbox/c1"}));
+}
+
+TEST_F(PlannedCgroupsTest, MissingParentsAreToBeMadeParentsFirst) {
+    auto p = planned_cgroups(layout_, "/forkbox/c1");
+    EXPECT_EQ(p.created, (std::vector<std::string>{base_ + "/memory/forkbox", base_ + "/memory/forkbox/c1",
+                                                   base_ + "/unified/forkbox", base_ + "/unified/forkbox/c1"}));
+}
+
+TEST_F(PlannedCgroupsTest, AParentThatExistsIsNotOurs) {
+    std::filesystem::create_directory(base_ + "/memory/forkbox");
+    auto p = planned_cgroups(layout_, "/forkbox/c1");
+    EXPECT_EQ(p.created, (std::vector<std::string>{base_ + "/memory/forkbox/c1", base_ + "/unified/forkbox",
+                                                   base_ + "/unified/forkbox/c1"}));
+}
+
+TEST_F(PlannedCgroupsTest, ALeafThatExistsIsJoinedNotMade) {
+    std::filesystem::create_directories(base_ + "/memory/forkbox/c1");
+    std::filesystem::create_directories(base_ + "/unified/forkbox/c1");
+    EXPECT_TRUE(planned_cgroups(layout_, "/forkbox/c1").created.empty());
+}
+
+TEST_F(PlannedCgroupsTest, AManagersHierarchyIsNamedButNeverMadeByUs) {
+    auto p = planned_cgroups(layout_, "/forkbox/c1", {false, true});
+    EXPECT_EQ(p.dirs.size(), 2u);
+    EXPECT_EQ(p.created, (std::vector<std::string>{base_ + "/memory/forkbox", base_ + "/memory/forkbox/c1"}));
+}
+
+TEST_F(PlannedCgroupsTest, TheRootCgroupIsTheMountpointAndNothingIsMade) {
+    auto p = planned_cgroups(layout_, "/");
+    EXPECT_EQ(p.dirs, (std::vector<std::string>{base_ + "/memory", base_ + "/unified"}));
+    EXPECT_TRUE(p.created.empty());
+}
 
 TEST(SyncPeerGone, AnOpenPeerIsThere) {
     int sv[2];

@@ -302,6 +302,27 @@ Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::st
     return p;
 }
 
+PlannedCgroups planned_cgroups(const CgroupLayout& layout, const std::string& path,
+                               const std::vector<bool>& made_by_manager) {
+    PlannedCgroups p;
+    std::string rel = path == "/" ? "" : path;
+    for (size_t index = 0; index < layout.hierarchies.size(); ++index) {
+        const CgroupHierarchy& h = layout.hierarchies[index];
+        p.dirs.push_back(h.mountpoint + rel);
+        if (index < made_by_manager.size() && made_by_manager[index]) continue;
+        // From the leaf up to the first dir that exists: one stat each, usually two.
+        std::vector<std::string> missing;
+        std::string dir = p.dirs.back();
+        struct stat st;
+        while (dir.size() > h.mountpoint.size() && ::stat(dir.c_str(), &st) < 0 && errno == ENOENT) {
+            missing.push_back(dir);
+            dir.resize(dir.find_last_of('/'));
+        }
+        p.created.insert(p.created.end(), missing.rbegin(), missing.rend());
+    }
+    return p;
+}
+
 void remove_spare_cgroups(const CgroupLayout& layout, const std::string& parent, const std::string& spare) {
     if (spare.empty()) return;
     std::string under = parent == "/" ? "" : parent;

@@ -111,6 +111,17 @@ Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::st
                                        const std::string& spare = {}, const std::vector<bool>& skippable = {},
                                        const std::vector<bool>& made_by_manager = {});
 
+// What create_cgroups(layout, path, ..., made_by_manager) will make, named before any of it
+// is: the dir in every hierarchy, and those of the path's dirs that do not exist yet
+// (parents first; none in a manager's hierarchy), so that a create killed half-way leaves
+// `delete --force` the list of cgroups to empty and remove.
+struct PlannedCgroups {
+    std::vector<std::string> dirs;
+    std::vector<std::string> created;
+};
+PlannedCgroups planned_cgroups(const CgroupLayout& layout, const std::string& path,
+                               const std::vector<bool>& made_by_manager = {});
+
 // A zygote template's spare cgroup that no container will take (named `spare` under the
 // cgroup parent `parent`, zygote::cgroup_parent): removed from every v1 hierarchy.
 void remove_spare_cgroups(const CgroupLayout& layout, const std::string& parent, const std::string& spare);

@@ -186,9 +186,20 @@ void stop_systemd_unit(const ContainerState& s) {
     if (!stopped) log::warn("delete " + s.id + ": " + stopped.error().what());
 }
 
+// A create killed before it recorded init's pid: whatever runs in the cgroups it named
+// (init, an intermediate, a hook's process) is killed in every hierarchy, since a process
+// that was placed in some and not yet in others may show in any one of them only.
+void kill_half_made(const ContainerState& s) {
+    for (const auto& d : s.cgroup_dirs)
+        if (!d.empty())
+            for (pid_t p : cgroup_pids(d)) ::kill(p, SIGKILL);
+    thaw_if_frozen(s);
+}
+
 Result<void> destroy(ContainerDir& dir, const ContainerState& s) {
     if (s.pid > 0) kill_and_wait(s);
-    if (!s.own_pid_namespace) signal_all(s, SIGKILL);
+    if (s.pid <= 0) kill_half_made(s);
+    else if (!s.own_pid_namespace) signal_all(s, SIGKILL);
     if (!s.systemd_unit.empty()) stop_systemd_unit(s);
     auto cg = remove_cgroups(s.cgroup_dirs_created);
     run_poststop_hooks_of(dir, s);

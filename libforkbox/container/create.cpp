@@ -314,6 +314,7 @@ public:
 private:
     const oci::Spec& spec() const { return cfg_.spec; }
     Result<void> clone_init(uint64_t flags);
+    Result<void> record_cgroups(PlannedCgroups planned);
     Result<void> run_without_cgroups(const Error& refused, const std::vector<CgroupWrite>& writes);
     Result<void> prepare_systemd_unit(std::vector<CgroupWrite> writes);
     Result<void> start_systemd_unit();
@@ -428,8 +429,18 @@ Result<void> ContainerCreation::prepare_state() {
     state_.annotations = spec().annotations;
     state_.own_pid_namespace = plan_.own_pid_namespace();
     state_.systemd_unit = plan_.systemd_unit;
-    // A state file from the start, so `delete --force` can clean up after a crashed create.
+    // The first state.json is written with the cgroups it is about to make (record_cgroups):
+    // until then, `delete --force` of a crashed create removes a directory and nothing else.
     trace::mark("create: state dir made");
+    return {};
+}
+
+// A state file before anything outside the state directory is made, naming the cgroups to
+// be made, so that `delete --force` after a create killed at any later step finds them and
+// the processes in them (a template's spares not renamed yet are the daemon's to remove).
+Result<void> ContainerCreation::record_cgroups(PlannedCgroups planned) {
+    state_.cgroup_dirs = std::move(planned.dirs);
+    state_.cgroup_dirs_created = std::move(planned.created);
     FB_TRY(dir_->write_state(state_));
     trace::mark("create: state written");
     return {};
@@ -450,6 +461,7 @@ Result<void> ContainerCreation::place_cgroups() {
     warm_ = WarmStart::from(warm_request_->take());
     trace::mark("create: zygote answered");
     if (!plan_.systemd_unit.empty()) return prepare_systemd_unit(std::move(cgroup_writes));
+    FB_TRY(record_cgroups(planned_cgroups(layout_, plan_.cgroups_path)));
     auto placed = create_cgroups(layout_, plan_.cgroups_path, warm_.spare_cgroup);
     if (!placed && rootless_mode().any() && is_permission_error(placed.error())) {
         // runc's contract for a delegated subtree: hierarchies the user was not given are
@@ -531,6 +543,7 @@ Result<void> ContainerCreation::prepare_systemd_unit(std::vector<CgroupWrite> wr
     if (auto proc1 = read_file("/proc/1/cgroup")) root = systemd::manager_root(layout_, *proc1);
     std::vector<bool> by_systemd;
     for (const auto& h : layout_.hierarchies) by_systemd.push_back(systemd::manages(h));
+    FB_TRY(record_cgroups(planned_cgroups(layout_, root + plan_.cgroups_path, by_systemd)));
     FB_ASSIGN(cgroups_, create_cgroups(layout_, root + plan_.cgroups_path, {}, {}, by_systemd));
     systemd_writes_ = std::move(writes);
     state_.cgroup_dirs = cgroups_.dirs();
