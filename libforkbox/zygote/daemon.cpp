@@ -105,6 +105,14 @@ struct Template {
     bool device_program = false;    // its last fd is the config's cgroup v2 device program
 };
 
+// A spare given to a client, which renames it (the container's cgroup then) or removes
+// it. A client that dies in between (a create SIGKILLed after taking the template) leaves
+// it to us: removed once the client is gone (rmdir of a renamed one finds nothing).
+struct HandedSpare {
+    SpareCgroup spare;
+    unique_fd client;  // a pidfd: readable once the client has exited
+};
+
 // A kind of container: its template key, cgroup parent, the id maps of its user namespace
 // (encode_id_maps) and, for a rootfs template, the config's fingerprint and bundle
 // ("<fingerprint> <bundle>").
@@ -463,6 +471,7 @@ private:
     unique_fd builder_;  // our end of the builder's socket
     pid_t builder_pid_ = -1;
     std::deque<PendingBuild> pending_;
+    std::vector<HandedSpare> handed_;
     long served_ = 0, missed_ = 0, served_rootfs_ = 0, failed_ = 0;
     bool rootfs_templates_ = false;  // probe_rootfs_templates() said yes
     Clock::time_point last_request_{};
@@ -788,7 +797,14 @@ void Daemon::serve(int conn) {
     if (send_with_fds(conn, reply, fds, "send a template")) {
         ++served_;
         if (t.rootfs) ++served_rootfs_;
-        t.spare.hand_over();  // the client renames or removes it
+        if (!t.spare.name().empty()) {
+            unique_fd client(sys::pidfd_open(cred.pid));
+            if (client)
+                handed_.push_back(HandedSpare{std::move(t.spare), std::move(client)});
+            else if (errno != ESRCH)
+                t.spare.hand_over();  // no pidfd to watch: the client's alone, as it is on success
+            // ESRCH: the client is gone already, and its spare goes with t.
+        }
     }
     // Sent or not, a template is used once: ours close here (and an unsent spare goes).
 }
@@ -850,6 +866,8 @@ Result<void> Daemon::run() {
         std::vector<pollfd> fds = {{signals_.get(), POLLIN, 0}, {listener_.get(), static_cast<short>(service_accepts ? 0 : POLLIN), 0},
                                    {sandbox_handoff_.get(), POLLIN, 0}};
         if (builder_) fds.push_back({builder_.get(), POLLIN, 0});
+        size_t handed_at = fds.size(), handed_polled = handed_.size();
+        for (const auto& h : handed_) fds.push_back({h.client.get(), POLLIN, 0});
         int r = ::poll(fds.data(), fds.size(), refill_due >= 0 ? std::min(refill_due, 10000) : 10000);
         if (r < 0 && errno != EINTR) return sys_error("poll");
         if (fds[0].revents) {
@@ -869,10 +887,16 @@ Result<void> Daemon::run() {
             auto m = receive_with_fds(sandbox_handoff_.get(), conns, "sandbox handoff");
             for (auto& c : conns) serve(c.release());
         }
-        if (fds.size() > 3 && fds[3].revents) finish_builder();
+        // Serving only appends to handed_: its first handed_polled entries are at handed_at on.
+        for (size_t i = handed_polled; i-- > 0;)
+            if (fds[handed_at + i].revents) handed_.erase(handed_.begin() + static_cast<long>(i));
+        if (fds.size() > 3 && builder_ && fds[3].fd == builder_.get() && fds[3].revents) finish_builder();
         evict_idle();
     }
     log::info("zygote daemon stopping");
+    // Clients still at work rename theirs; a dead one's goes with the next daemon's sweep.
+    for (auto& h : handed_) h.spare.hand_over();
+    handed_.clear();
     ::unlink(opt_.socket_path.c_str());
     stop_sandbox_server();
     stop_builder();
