@@ -317,3 +317,43 @@ spares_of() {
 	run grep -F -- "$BATS_TEST_TMPDIR" /proc/self/mountinfo
 	assert_failure
 }
+
+@test "kills: the sandbox service SIGKILLed with one-shot runs in flight: the runs are gone, the next service removes their cgroups" {
+	command -v python3 >/dev/null || skip "python3 missing"
+	local sock=$BATS_TEST_TMPDIR/sb.sock marker=$((96130000 + $$ % 1000)) svc i client
+	"$FORKBOX" daemon --socket "$sock" </dev/null >/dev/null 2>"$sock.err" 3>&- 4>&- &
+	DAEMON_PID=$!
+	for ((i = 0; i < 50; i++)); do
+		"$FORKBOX" sandbox --socket "$sock" --info >"$BATS_TEST_TMPDIR/info.json" 2>/dev/null && break
+		sleep 0.1
+	done
+	svc=$(jq -r .service_pid "$BATS_TEST_TMPDIR/info.json")
+	[[ $svc =~ ^[0-9]+$ ]] || fail "no sandbox service: $(cat "$sock.err")"
+	timeout -s KILL 30 "$FORKBOX" sandbox --socket "$sock" -- sleep "$marker" \
+		</dev/null >/dev/null 2>"$BATS_TEST_TMPDIR/client.err" 3>&- 4>&- &
+	client=$!
+	for ((i = 0; i < 100; i++)); do
+		pgrep -f -- "^sleep $marker$" >/dev/null && break
+		sleep 0.05
+	done
+	pgrep -f -- "^sleep $marker$" >/dev/null || fail "the run did not start: $(cat "$BATS_TEST_TMPDIR/client.err")"
+	kill -KILL "$svc"
+	local st=0
+	wait "$client" || st=$?
+	((st != 0 && st != 137)) || fail "the client in flight: status $st"
+	for ((i = 0; i < 50; i++)); do
+		pgrep -f -- "^sleep $marker$" >/dev/null || break
+		sleep 0.1
+	done
+	run pgrep -a -f -- "^sleep $marker$"
+	assert_failure
+	# The daemon starts a new service on the next request; it removes the dead one's cgroups.
+	run timeout -s KILL 30 "$FORKBOX" sandbox --socket "$sock" -- echo again
+	assert_output again
+	for ((i = 0; i < 50; i++)); do
+		[[ -z $(compgen -G "/sys/fs/cgroup/*/forkbox-sandbox/$svc-*") ]] && break
+		sleep 0.1
+	done
+	run compgen -G "/sys/fs/cgroup/*/forkbox-sandbox/$svc-*"
+	assert_failure
+}
