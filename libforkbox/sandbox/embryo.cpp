@@ -255,6 +255,11 @@ Result<void> build(const EmbryoSetup& s, int lower_tree, int fork_source) {
     FB_TRY(check(::setresgid(0, 0, 0) == 0, "setresgid 0"));
     if (s.mapped_range) FB_TRY(check(::setgroups(0, nullptr) == 0, "setgroups"));
     FB_TRY(check(::setresuid(0, 0, 0) == 0, "setresuid 0"));
+    // The kernel clears the death signal on a change of credentials: armed again, or a
+    // one-shot run (whose pid 1 waits for its command, not on the control socket) would
+    // outlive a SIGKILLed service. A service dead already shows as the socket's hang-up.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (struct pollfd p {s.control_fd, 0, 0}; ::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR))) ::_exit(1);
     int flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
     bool own_network = (plan.new_namespaces & CLONE_NEWNET) != 0;
     if (own_network) flags |= CLONE_NEWNET;
