@@ -5,6 +5,7 @@ Skipped, with the reason, when that daemon does not answer ``sandbox/1 info``.
 """
 
 import asyncio
+import glob
 import json
 import os
 import random
@@ -495,3 +496,42 @@ def test_busy_is_retried_by_the_sdk(fresh_daemon):
     with ThreadPoolExecutor(8) as pool:
         outcomes = list(pool.map(attempt, range(8)))
     assert "busy" in outcomes and True in outcomes, outcomes
+
+
+def test_daemon_sigkilled_with_runs_and_sessions_in_flight(fresh_daemon):
+    """SIGKILL of the daemon (its sandbox service follows it: PDEATHSIG) with a run in flight
+    and a session open: the SDK raises a ForkboxError saying what happened, promptly; no
+    sandbox process is left; a new daemon on the same socket serves, and nothing of the
+    dead service is left (its cgroups go with the next service)."""
+    from forkbox import ForkboxError
+
+    d = fresh_daemon
+    number = str(random.randrange(10**8, 10**9))
+    fb = Forkbox(socket=d.sock, request_timeout_s=CLIENT_TIMEOUT_S)
+    service = fb.info()["service_pid"]
+    sb = fb.create()
+    sb.run(f"(sleep 1001.{number} &); true")
+    with ThreadPoolExecutor(2) as pool:
+        in_flight = [pool.submit(fb.run, f"sleep 1002.{number}"),
+                     pool.submit(sb.run, f"sleep 1003.{number}")]
+        until = time.monotonic() + 10
+        while len(procs_with(f".{number}")) < 3 and time.monotonic() < until:
+            time.sleep(0.05)
+        os.kill(d.pid, signal.SIGKILL)
+        started = time.monotonic()
+        for f in in_flight:
+            with pytest.raises(ForkboxError) as e:
+                f.result(timeout=30)
+            assert str(e.value), "an error without a message"
+        assert time.monotonic() - started < 10, "the clients took long to hear of the daemon's death"
+    d.proc.wait(10)
+    left = wait_no_procs([f"1001.{number}", f"1002.{number}", f"1003.{number}"])
+    assert not left, f"sandbox processes left after the daemon's SIGKILL: {left}"
+    assert wait_gone(service, 10), "the sandbox service outlived its daemon"
+    d.start()
+    assert d.wait_ready() is not None, d.log_tail()
+    assert Forkbox(socket=d.sock).run("echo again").stdout == "again\n"
+    until = time.monotonic() + 5
+    while time.monotonic() < until and glob.glob(f"/sys/fs/cgroup/*/forkbox-sandbox/{service}-*"):
+        time.sleep(0.1)
+    assert not glob.glob(f"/sys/fs/cgroup/*/forkbox-sandbox/{service}-*"), "the dead service's cgroups are left"
