@@ -318,6 +318,40 @@ spares_of() {
 	assert_failure
 }
 
+@test "kills: the daemon and its sandbox service SIGKILLed together: the next daemon's service removes the dead one's cgroups" {
+	command -v python3 >/dev/null || skip "python3 missing"
+	local sock=$BATS_TEST_TMPDIR/sb.sock svc i
+	"$FORKBOX" daemon --socket "$sock" </dev/null >/dev/null 2>"$sock.err" 3>&- 4>&- &
+	DAEMON_PID=$!
+	for ((i = 0; i < 50; i++)); do
+		"$FORKBOX" sandbox --socket "$sock" --info >"$BATS_TEST_TMPDIR/info.json" 2>/dev/null && break
+		sleep 0.1
+	done
+	svc=$(jq -r .service_pid "$BATS_TEST_TMPDIR/info.json")
+	[[ $svc =~ ^[0-9]+$ ]] || fail "no sandbox service: $(cat "$sock.err")"
+	run timeout -s KILL 30 "$FORKBOX" sandbox --socket "$sock" -- true
+	assert_success
+	[[ -n $(compgen -G "/sys/fs/cgroup/*/forkbox-sandbox/$svc-*") ]] || skip "the service made no cgroups here"
+	# As an OOM kill or `kill -9` of the group would: the service is left a zombie until
+	# whoever inherits it reaps it.
+	kill -KILL "$DAEMON_PID" "$svc"
+	wait "$DAEMON_PID" 2>/dev/null || true
+	"$FORKBOX" daemon --socket "$sock" </dev/null >/dev/null 2>>"$sock.err" 3>&- 4>&- &
+	DAEMON_PID=$!
+	local out=
+	for ((i = 0; i < 50; i++)); do
+		out=$(timeout -s KILL 30 "$FORKBOX" sandbox --socket "$sock" -- echo again 2>/dev/null) && break
+		sleep 0.1
+	done
+	assert_equal "$out" again
+	for ((i = 0; i < 50; i++)); do
+		[[ -z $(compgen -G "/sys/fs/cgroup/*/forkbox-sandbox/$svc-*") ]] && break
+		sleep 0.1
+	done
+	run compgen -G "/sys/fs/cgroup/*/forkbox-sandbox/$svc-*"
+	assert_failure
+}
+
 @test "kills: the sandbox service SIGKILLed with one-shot runs in flight: the runs are gone, the next service removes their cgroups" {
 	command -v python3 >/dev/null || skip "python3 missing"
 	local sock=$BATS_TEST_TMPDIR/sb.sock marker=$((96130000 + $$ % 1000)) svc i client
