@@ -78,8 +78,21 @@ CgroupLayout sandbox_layout(const CgroupLayout& host) {
     return out;
 }
 
-// Sandbox cgroups left by a server that died (named <pid>-<n>): removed when that pid is gone.
+// Gone, or a zombie: a server SIGKILLed with its daemon stays one until whoever inherits
+// it reaps it, which may be after the next server starts.
+bool server_gone(pid_t pid) {
+    if (::kill(pid, 0) < 0) return errno == ESRCH;
+    auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+    if (!stat) return true;
+    size_t paren = stat->rfind(')');
+    return paren != std::string::npos && paren + 2 < stat->size() && (*stat)[paren + 2] == 'Z';
+}
+
+// Sandbox cgroups left by a server that died (named <pid>-<n>): removed when that pid is
+// gone, with whatever still runs in them killed first (remove_cgroups waits the moment the
+// kernel takes to release killed tasks).
 void remove_stale_cgroups(const CgroupLayout& layout) {
+    std::vector<std::string> stale;
     for (const auto& h : layout.hierarchies) {
         std::string parent = h.mountpoint + kCgroupParent;
         DIR* d = ::opendir(parent.c_str());
@@ -87,11 +100,15 @@ void remove_stale_cgroups(const CgroupLayout& layout) {
         while (dirent* e = ::readdir(d)) {
             if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
             pid_t pid = static_cast<pid_t>(std::strtol(e->d_name, nullptr, 10));
-            if (pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM)) continue;
-            ::rmdir((parent + "/" + e->d_name).c_str());
+            if (pid <= 0 || !server_gone(pid)) continue;
+            stale.push_back(parent + "/" + e->d_name);
+            for (pid_t p : cgroup_pids(stale.back())) ::kill(p, SIGKILL);
+            // A paused session's tasks act on the SIGKILL only once thawed.
+            (void)write_file(stale.back() + (h.unified ? "/cgroup.freeze" : "/freezer.state"), h.unified ? "0" : "THAWED");
         }
         ::closedir(d);
     }
+    if (auto r = remove_cgroups(stale); !r) log::warn("sandbox: a dead server's cgroups: " + r.error().what());
 }
 
 }  // namespace
