@@ -187,6 +187,24 @@ wait_zygote_ready() {
 	fail "templates not ready: $("$FORKBOX" daemon --socket "$SOCK" --stats)"
 }
 
+# wait_zygote_full [N]: until the pools stop growing (the same count of ready templates
+# three times, 0.1 s apart), and with N, until that count is N; prints the count.
+wait_zygote_full() {
+	local i now same=0 last=-1
+	for i in $(seq 200); do
+		now=$(zygote_stat ready)
+		if [[ $now == "$last" ]] && ((now > 0)); then same=$((same + 1)); else same=0; fi
+		last=$now
+		if ((same >= 2)) && [[ -z ${1:-} || $now == "$1" ]]; then
+			echo "$now"
+			return 0
+		fi
+		sleep 0.1
+	done
+	echo "pools not full: $("$FORKBOX" daemon --socket "$SOCK" --stats)" >&2
+	return 1
+}
+
 # spares_of PID: the daemon's spare cgroups (.zygote-PID-N), anywhere.
 spares_of() {
 	find /sys/fs/cgroup -mindepth 2 -maxdepth 6 -type d -name ".zygote-$1-*" 2>/dev/null
@@ -194,16 +212,16 @@ spares_of() {
 
 @test "kills: a zygote create SIGKILLed at each step leaves nothing, and the daemon removes the spare cgroups it had taken" {
 	start_zygote_daemon
-	wait_zygote_ready 2
-	local fds
+	local fds ready
+	ready=$(wait_zygote_full) || fail "the pools did not fill"
 	fds=$(kl_fd_count "$DAEMON_PID")
 	export FORKBOX_ZYGOTE=1 FORKBOX_SOCKET=$SOCK
 	kill_at_each "$BUNDLE" "create: zygote answered" "create: state written" "create: cgroups placed" \
 		"create: cgroups made" "create: go" "init: go" "init: rootfs joined" "init: ready" "create: init ready" \
 		"create: state recorded" "create: done"
 	(($(zygote_stat served) > 0)) || fail "no template was served: $("$FORKBOX" daemon --socket "$SOCK" --stats)"
-	wait_zygote_ready 2
-	sleep 0.3
+	# Every template holds fds: compared with as many ready as before.
+	wait_zygote_full "$ready" >/dev/null || fail "the pools did not fill again"
 	(($(kl_fd_count "$DAEMON_PID") <= fds)) || fail "the daemon holds $(kl_fd_count "$DAEMON_PID") fds, $fds before"
 	local zpid=$DAEMON_PID
 	kill -TERM "$DAEMON_PID"

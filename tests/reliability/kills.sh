@@ -255,14 +255,19 @@ report create-step-kills-joins "$RUNS" "$LEAKS"
 RUNS=0 LEAKS=0
 start_daemon || exit 2
 wait_pools_full
+ready_before=$(daemon_ready)
 fds_before=$(kl_fd_count "$DAEMON_PID")
 export FORKBOX_ZYGOTE=1 FORKBOX_SOCKET=$SOCK
 for ((r = 0; r < ROUNDS; r++)); do
 	step_kills "$BUNDLE" "${KL_CREATE_MARKS[@]}" "init: first" "init: go" "init: rootfs joined" "init: ready"
 	random_kills "$BUNDLE" "$RANDOM_KILLS"
 done
-wait_pools_full
-sleep 0.5
+# Every template holds fds: compared with as many ready as before.
+for ((i = 0; i < 100; i++)); do
+	wait_pools_full
+	[[ $(daemon_ready) == "$ready_before" ]] && break
+	sleep 0.1
+done
 fds_after=$(kl_fd_count "$DAEMON_PID")
 if ((fds_after > fds_before)); then
 	echo "zygote daemon: $fds_before fds with full pools before, $fds_after after" >&2
