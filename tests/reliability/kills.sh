@@ -148,7 +148,8 @@ wait_pools_full() {
 }
 # spares_of PID: a daemon's spare cgroups, anywhere.
 spares_of() {
-	find /sys/fs/cgroup -mindepth 2 -maxdepth 6 -type d -name ".zygote-$1-*" 2>/dev/null
+	# (find fails on a directory removed while it reads: the daemon removes spares meanwhile.)
+	find /sys/fs/cgroup -mindepth 2 -maxdepth 6 -type d -name ".zygote-$1-*" 2>/dev/null || true
 }
 
 # step_kills NAME BUNDLE MARKS... [-- CREATE ARGS]: for every mark, create stopped there and
