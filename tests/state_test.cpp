@@ -2,9 +2,16 @@
 #include "libforkbox/container/state.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <thread>
+#include <vector>
 
 using namespace forkbox;
 
@@ -223,4 +230,97 @@ TEST(BundleId, ALongNameIsCutTo64Bytes) {
 TEST(BundleId, SuffixesDiffer) {
     EXPECT_NE(random_id_suffix(), random_id_suffix());
     EXPECT_EQ(random_id_suffix().size(), 8u);
+}
+
+// ---- StateStore: create against concurrent verbs ----
+
+namespace {
+
+class StateRoot {
+public:
+    StateRoot() {
+        char tmpl[] = "/tmp/fb-state-test.XXXXXX";
+        path_ = ::mkdtemp(tmpl);
+    }
+    ~StateRoot() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+};
+
+bool linked_at(const ContainerDir& dir) {
+    struct stat by_fd, by_path;
+    return ::fstat(dir.fd(), &by_fd) == 0 && by_fd.st_nlink > 0 && ::stat(dir.path().c_str(), &by_path) == 0 &&
+           by_fd.st_ino == by_path.st_ino && by_fd.st_dev == by_path.st_dev;
+}
+
+}  // namespace
+
+// `delete --force` of an id being created, or being deleted (4 processes creating and deleting one id): the
+// deleter must never find the directory before its creator holds the lock, or it removes
+// it under the create (which then fails, or writes into a directory nobody can see).
+TEST(StateStore, ACreatedDirectoryIsLockedBeforeAnyoneCanOpenIt) {
+    StateRoot root;
+    StateStore store(root.path());
+    std::atomic<bool> stop{false};
+    std::atomic<int> removed_under_create{0};
+    std::thread deleter([&] {
+        while (!stop) {
+            auto dir = store.open("churn");
+            if (!dir) continue;
+            // What delete --force does with a directory that has no state yet.
+            if (::faccessat(dir->fd(), kStateFile, F_OK, 0) < 0) {
+                removed_under_create++;
+                (void)dir->remove();
+            }
+        }
+    });
+    int failed = 0, unlinked = 0, not_removed = 0;
+    for (int i = 0; i < 1000; ++i) {
+        auto dir = store.create("churn");
+        if (!dir) {
+            ++failed;
+            continue;
+        }
+        if (!linked_at(*dir)) ++unlinked;
+        (void)dir->write_state(ContainerState{});
+        // An open racing with the removal must not bring the lock file back (ENOTEMPTY).
+        if (!dir->remove()) ++not_removed;
+    }
+    stop = true;
+    deleter.join();
+    EXPECT_EQ(failed, 0);
+    EXPECT_EQ(unlinked, 0);
+    EXPECT_EQ(not_removed, 0);
+    EXPECT_EQ(removed_under_create, 0);
+}
+
+TEST(StateStore, ACreateOfATakenIdSaysSoAndLeavesNothing) {
+    StateRoot root;
+    StateStore store(root.path());
+    auto first = store.create("taken");
+    ASSERT_TRUE(first.has_value()) << first.error().what();
+    auto second = store.create("taken");
+    ASSERT_FALSE(second.has_value());
+    EXPECT_EQ(second.error().errnum(), EEXIST);
+    EXPECT_NE(second.error().what().find("container with id exists: taken"), std::string::npos);
+    auto ids = store.list();
+    ASSERT_TRUE(ids.has_value());
+    EXPECT_EQ(*ids, std::vector<std::string>{"taken"});
+    // Nothing else in the root: no staging directory stayed.
+    int entries = 0;
+    for (const auto& e : std::filesystem::directory_iterator(root.path())) entries += e.is_directory();
+    EXPECT_EQ(entries, 1);
+}
+
+// A create SIGKILLed between making its directory and naming it leaves a staging
+// directory: list never shows it, and it is not a container.
+TEST(StateStore, StagingDirectoriesAreNotContainers) {
+    StateRoot root;
+    StateStore store(root.path());
+    ASSERT_EQ(::mkdir((root.path() + "/x~1234abcd").c_str(), 0711), 0);
+    auto ids = store.list();
+    ASSERT_TRUE(ids.has_value());
+    EXPECT_TRUE(ids->empty());
 }

@@ -128,7 +128,16 @@ enum class WithOwner { No, Yes };
 
 Result<ContainerInfo> load_info(const ContainerDir& dir, WithOwner with_owner = WithOwner::No) {
     ContainerInfo info;
-    FB_ASSIGN(info.state, dir.read_state());
+    auto state = dir.read_state();
+    // A create that has made the directory but not yet its first state.json holds the
+    // lock: readers that take none (state, ps, list) see a container being created.
+    if (!state && state.error().errnum() == ENOENT && dir.locked_elsewhere()) {
+        info.state.id = dir.path().substr(dir.path().find_last_of('/') + 1);
+        info.status = Status::Creating;
+        return info;
+    }
+    if (!state) return std::unexpected(state.error());
+    info.state = std::move(*state);
     if (with_owner == WithOwner::Yes) info.state.owner = owner_of(dir);
     info.status = derive_status(info.state, dir.fifo_exists());
     // No pid yet: a create still holding the lock, or one that crashed (stopped).
@@ -384,6 +393,7 @@ Result<std::vector<pid_t>> container_pids(const StateStore& store, const std::st
 }
 
 Result<void> delete_container(const StateStore& store, const std::string& id, bool force) {
+    if (force) store.remove_stale_staging();
     auto opened = open_existing(store, id);
     if (!opened) {
         if (force && opened.error().errnum() == ENOENT) return {};

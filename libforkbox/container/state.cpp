@@ -215,9 +215,16 @@ Result<void> mkdir_p(const std::string& path, mode_t mode) {
     return {};
 }
 
-Result<unique_fd> lock_dir(int dirfd, const std::string& path) {
-    unique_fd lock(::openat(dirfd, kLockFile, O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-    if (!lock) return sys_error("open lock in " + path);
+// Only create makes the lock file: a verb that made it again in a directory being removed
+// (after its lock file went, before its rmdir) would keep it alive (ENOTEMPTY), empty.
+enum class MakeLock { No, Yes };
+Result<unique_fd> lock_dir(int dirfd, const std::string& path, MakeLock make = MakeLock::No) {
+    unique_fd lock(make == MakeLock::Yes ? ::openat(dirfd, kLockFile, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)
+                                         : ::openat(dirfd, kLockFile, O_RDWR | O_CLOEXEC));
+    if (!lock) {
+        if (errno == ENOENT) return fail(ENOENT, "container does not exist");
+        return sys_error("open lock in " + path);
+    }
     while (::flock(lock.get(), LOCK_EX) < 0) {
         if (errno != EINTR) return sys_error("lock " + path);
     }
@@ -230,9 +237,52 @@ Result<unique_fd> lock_dir(int dirfd, const std::string& path) {
 // containers' users reach nothing but what they are told the path of.
 Result<void> StateStore::ensure_root() const { return mkdir_p(root_, ::geteuid() == 0 ? 0711 : 01700); }
 
+namespace {
+// A directory being made: '~' is in no id, so neither list nor open ever takes one for a
+// container. The id's head only helps whoever looks (ids may be 1024 bytes, names 255).
+std::string staging_name(const std::string& id) { return "~" + random_id_suffix() + "~" + id.substr(0, 200); }
+
+void remove_staging(const std::string& staging) {
+    ::unlink((staging + "/" + kLockFile).c_str());
+    ::rmdir(staging.c_str());
+}
+}  // namespace
+
+// The directory is made under a staging name, locked, and only then named after the id
+// (RENAME_NOREPLACE): made in place, a `delete --force ID` or any verb could open it before
+// its create held the lock, find no state, and remove it under the create.
 Result<ContainerDir> StateStore::create(const std::string& id) const {
     FB_TRY(validate_container_id(id));
     FB_TRY(ensure_root());
+    ContainerDir dir;
+    dir.path_ = root_ + "/" + id;
+    std::string staging = root_ + "/" + staging_name(id);
+    if (::mkdir(staging.c_str(), 0711) < 0) return sys_error("mkdir " + staging);
+    dir.dirfd_.reset(::open(staging.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
+    if (!dir.dirfd_) {
+        int e = errno;
+        remove_staging(staging);
+        return sys_error(e, "open " + staging);
+    }
+    auto lock = lock_dir(dir.dirfd_.get(), staging, MakeLock::Yes);
+    if (!lock) {
+        remove_staging(staging);
+        return std::unexpected(lock.error());
+    }
+    dir.lock_ = std::move(*lock);
+    if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, dir.path_.c_str(), RENAME_NOREPLACE) < 0) {
+        int e = errno;
+        remove_staging(staging);
+        if (e == EINVAL) return create_in_place(id);  // a filesystem without RENAME_NOREPLACE (NFS)
+        // ENOTEMPTY: an old kernel's answer for an existing directory.
+        if (e == EEXIST || e == ENOTEMPTY) return fail(EEXIST, "container with id exists: " + id);
+        return sys_error(e, "rename " + staging + " to " + dir.path_);
+    }
+    return dir;
+}
+
+// The old way, racy against a concurrent open of the id: for filesystems that cannot do better.
+Result<ContainerDir> StateStore::create_in_place(const std::string& id) const {
     ContainerDir dir;
     dir.path_ = root_ + "/" + id;
     if (::mkdir(dir.path_.c_str(), 0711) < 0) {
@@ -241,8 +291,29 @@ Result<ContainerDir> StateStore::create(const std::string& id) const {
     }
     dir.dirfd_.reset(::open(dir.path_.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
     if (!dir.dirfd_) return sys_error("open " + dir.path_);
-    FB_ASSIGN(dir.lock_, lock_dir(dir.dirfd_.get(), dir.path_));
+    FB_ASSIGN(dir.lock_, lock_dir(dir.dirfd_.get(), dir.path_, MakeLock::Yes));
     return dir;
+}
+
+void StateStore::remove_stale_staging(int older_than_seconds) const {
+    DIR* d = ::opendir(root_.c_str());
+    if (!d) return;
+    std::vector<std::string> stale;
+    struct timespec now;
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    while (auto* e = ::readdir(d)) {
+        if (e->d_name[0] != '~') continue;
+        std::string path = root_ + "/" + e->d_name;
+        struct stat st;
+        // Young ones may belong to a create between its mkdir and its lock.
+        if (::lstat(path.c_str(), &st) < 0 || !S_ISDIR(st.st_mode) || now.tv_sec - st.st_mtime < older_than_seconds)
+            continue;
+        unique_fd lock(::open((path + "/" + kLockFile).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+        if (lock && ::flock(lock.get(), LOCK_EX | LOCK_NB) < 0) continue;  // its create still runs
+        stale.push_back(path);
+    }
+    ::closedir(d);
+    for (const auto& p : stale) remove_staging(p);
 }
 
 Result<ContainerDir> StateStore::open(const std::string& id, Lock lock) const {
@@ -274,7 +345,7 @@ Result<std::vector<std::string>> StateStore::list() const {
     }
     while (auto* e = ::readdir(d)) {
         std::string n = e->d_name;
-        if (n == "." || n == ".." || e->d_type != DT_DIR) continue;
+        if (e->d_type != DT_DIR || !validate_container_id(n)) continue;  // ".", "..", staging dirs
         ids.push_back(n);
     }
     ::closedir(d);

@@ -92,8 +92,12 @@ public:
     Result<ContainerDir> open(const std::string& id, Lock lock = Lock::Exclusive) const;
     // Ids of every container under the root, sorted.
     Result<std::vector<std::string>> list() const;
+    // Removes the staging directories (see create) that creates killed before they named
+    // them left, once older than this and unlocked.
+    void remove_stale_staging(int older_than_seconds = 60) const;
 
 private:
+    Result<ContainerDir> create_in_place(const std::string& id) const;
     std::string root_;
 };
 
