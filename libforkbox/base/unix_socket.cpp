@@ -1,6 +1,8 @@
 #include "libforkbox/base/unix_socket.hpp"
 
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -64,6 +66,33 @@ Result<std::string> receive_with_fds(int sock, std::vector<unique_fd>& fds, std:
     FB_ASSIGN(size_t n, receive_message(sock, buf, fds, what));
     buf.resize(n);
     return buf;
+}
+
+Acceptor::Acceptor(int listener) : listener_(listener), reserve_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {}
+
+int Acceptor::accept(const std::function<void(int conn)>& shed) {
+    for (;;) {
+        int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd >= 0 || (errno != EMFILE && errno != ENFILE)) return fd;
+        int exhausted = errno;
+        if (!reserve_) reserve_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+        if (!reserve_) {
+            errno = exhausted;
+            return -1;  // no room at all: the caller stops for now
+        }
+        reserve_.reset();
+        int conn = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+        int accept_errno = errno;
+        if (conn >= 0) {
+            if (shed) shed(conn);
+            ::close(conn);
+        }
+        reserve_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+        if (conn < 0) {
+            errno = accept_errno;
+            return -1;
+        }
+    }
 }
 
 }  // namespace forkbox

@@ -1,6 +1,7 @@
 // Unix sockets: passing fds with a message (SCM_RIGHTS) and receiving them.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -21,5 +22,21 @@ Result<std::string> receive_with_fds(int sock, std::vector<unique_fd>& fds, std:
 // The same into `buf`, whose size is the most a message may be (the sandbox's releases are
 // larger than 4 KiB); returns the message's length, 0 at end of file.
 Result<size_t> receive_message(int sock, std::string& buf, std::vector<unique_fd>& fds, std::string_view what);
+
+// accept4 (SOCK_CLOEXEC) on a non-blocking listener that sheds connections instead of
+// failing at fd exhaustion. At EMFILE or ENFILE the connection stays pending, so a
+// level-triggered listener stays readable and the event loop around it spins at full CPU
+// until a client gives up: here a reserve fd is closed for the moment, the connection taken,
+// handed to `shed` (to tell the client why) and closed, and the reserve opened again.
+class Acceptor {
+public:
+    explicit Acceptor(int listener);
+    // A connection, or -1 with errno (EAGAIN once none is pending, every one shed).
+    int accept(const std::function<void(int conn)>& shed = {});
+
+private:
+    int listener_;
+    unique_fd reserve_;
+};
 
 }  // namespace forkbox

@@ -252,7 +252,12 @@ void drain(int conn) {
 
 void Server::accept_connections() {
     int fd;
-    while ((fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC)) >= 0) classify(unique_fd(fd));
+    auto shed = [](int conn) {
+        std::string m = format_error(ErrorKind::Busy, "the daemon is out of file descriptors: try again");
+        ::send(conn, m.data(), m.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    };
+    while ((fd = acceptor_.accept(shed)) >= 0) classify(unique_fd(fd));
+    if (errno == EMFILE || errno == ENFILE) log::warn("sandbox: " + errno_text("accept"));
 }
 
 // A sandbox request is served here; anything else is the zygote loop's (which answers

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "libforkbox/base/fd.hpp"
+#include "libforkbox/base/unix_socket.hpp"
 #include "libforkbox/cgroup/cgroups.hpp"
 #include "libforkbox/sandbox/profile.hpp"
 #include "libforkbox/sandbox/request.hpp"
@@ -153,7 +154,8 @@ void take_end_report(Run& r, std::string_view report);
 
 class Server {
 public:
-    Server(int handoff, int listener, const ServerOptions& o) : handoff_(handoff), listener_(listener), opt_(o) {}
+    Server(int handoff, int listener, const ServerOptions& o)
+        : handoff_(handoff), listener_(listener), acceptor_(listener), opt_(o) {}
     int run();
 
 private:
@@ -228,6 +230,7 @@ private:
 
     int handoff_;
     int listener_;
+    Acceptor acceptor_;  // sheds clients at EMFILE instead of spinning
     ServerOptions opt_;
     unique_fd epoll_, signals_, dev_null_, builder_;
     bool mapped_range_ = false;  // a root daemon

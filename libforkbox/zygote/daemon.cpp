@@ -467,6 +467,7 @@ private:
 
     DaemonOptions opt_;
     unique_fd listener_, signals_;
+    std::optional<Acceptor> acceptor_;  // sheds clients at EMFILE instead of spinning
     std::map<PoolKey, Pool> pools_;
     unique_fd builder_;  // our end of the builder's socket
     pid_t builder_pid_ = -1;
@@ -564,6 +565,7 @@ Result<void> Daemon::listen_socket() {
             return sys_error("give group " + std::to_string(opt_.sandbox.allowed_groups.front()) + " " + path);
     }
     if (::listen(listener_.get(), 128) < 0) return sys_error("listen on " + path);
+    acceptor_.emplace(listener_.get());
     return {};
 }
 
@@ -879,8 +881,9 @@ Result<void> Daemon::run() {
         }
         // Requests first: they are the critical path; builders can wait a moment.
         if (fds[1].revents) {
+            // Shed at EMFILE: closed unanswered, a zygote client goes cold.
             int conn;
-            while ((conn = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC)) >= 0) serve(conn);
+            while ((conn = acceptor_->accept()) >= 0) serve(conn);
         }
         if (fds[2].revents & POLLIN) {
             std::vector<unique_fd> conns;
