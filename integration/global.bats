@@ -63,6 +63,14 @@ setup() { :; }
 	assert_output --regexp '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}'
 }
 
+@test "a --log file that cannot be opened is said on stderr, and errors still read forkbox: MESSAGE there" {
+	skip_if_runc "runc's words differ"
+	run --separate-stderr runtime --log "$BATS_TEST_TMPDIR/no/such/dir/log.json" --log-format json state no-such-container
+	assert_failure 1
+	assert_stderr_contains "log file $BATS_TEST_TMPDIR/no/such/dir/log.json: No such file or directory"
+	assert_stderr_contains "forkbox: container no-such-container does not exist"
+}
+
 @test "--log appends: two errors give two JSON lines" {
 	local log=$BATS_TEST_TMPDIR/log.json
 	runtime --log "$log" --log-format json state no-such-1 2>/dev/null || true

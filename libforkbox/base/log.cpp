@@ -3,6 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include "libforkbox/base/clock.hpp"
 #include "libforkbox/base/json.hpp"
 
@@ -13,6 +16,11 @@ struct Sink {
     int fd = -1;  // -1: stderr, and only warnings and errors
     bool json = false;
     bool debug = false;
+    // --log given but not opened (EMFILE, a missing directory): said once on stderr, and
+    // stderr then gets the plain "forkbox: ..." lines a human reads, not the file's format.
+    std::string failed_path;
+    int failed_errno = 0;
+    bool plain_stderr = false;
 };
 Sink& sink() {
     static Sink s;
@@ -35,6 +43,11 @@ void configure(const std::string& path, bool json, bool debug) {
     s.debug = debug;
     if (!path.empty()) {
         s.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (s.fd < 0) {
+            s.failed_path = path;
+            s.failed_errno = errno;
+            s.plain_stderr = true;
+        }
     }
 }
 
@@ -51,17 +64,21 @@ void write(Level level, std::string_view msg) {
         fd = 2;
     }
     std::string line;
-    if (s.json) {
+    if (!s.failed_path.empty()) {
+        line = "forkbox: warning: log file " + s.failed_path + ": " + std::strerror(s.failed_errno) + "\n";
+        s.failed_path.clear();
+    }
+    if (s.json && !(fd == 2 && s.plain_stderr)) {
         json::Writer w;
         w.begin_object().key("level").value(level_name(level)).key("msg").value(msg).key("time").value(rfc3339_now());
         w.end_object();
-        line = w.take();
+        line += w.take();
     } else if (fd == 2) {
-        line = "forkbox: ";
+        line += "forkbox: ";
         if (level != Level::Error) line += std::string(level_name(level)) + ": ";
         line += msg;
     } else {
-        line = "time=\"" + rfc3339_now() + "\" level=" + level_name(level) + " msg=";
+        line += "time=\"" + rfc3339_now() + "\" level=" + level_name(level) + " msg=";
         json::append_quoted(line, msg);
     }
     line += '\n';
