@@ -185,7 +185,25 @@ Result<oci::Process> exec_process(const oci::Process& base, const ExecOptions& o
     return p;
 }
 
+namespace {
+Result<int> exec_into(const StateStore& store, const ExecOptions& opt);
+}  // namespace
+
 Result<int> exec_container(const StateStore& store, const ExecOptions& opt) {
+    auto r = exec_into(store, opt);
+    if (r || (r.error().errnum() != ESRCH && r.error().errnum() != ENOENT)) return r;
+    // A kill or delete that raced the exec ("join the container's pid namespace: ESRCH",
+    // "open cgroup .../tasks: ENOENT"): said as runc says it, when that is what happened.
+    auto dir = store.open(opt.id, StateStore::Lock::None);
+    if (!dir) return fail(ENOENT, "container " + opt.id + " does not exist");
+    auto state = dir->read_state();
+    if (state && derive_status(*state, dir->fifo_exists()) == Status::Stopped)
+        return fail(ESRCH, "cannot exec in a stopped container");
+    return r;
+}
+
+namespace {
+Result<int> exec_into(const StateStore& store, const ExecOptions& opt) {
     // No lock: an exec may run for as long as the container does, and must not block
     // kill, pause or delete meanwhile.
     FB_ASSIGN(ContainerDir dir, store.open(opt.id, StateStore::Lock::None));
@@ -340,5 +358,6 @@ Result<int> exec_container(const StateStore& store, const ExecOptions& opt) {
     guard.dismiss();
     return supervise_foreground(child, *signals, pty_master.get());
 }
+}  // namespace
 
 }  // namespace forkbox
