@@ -52,7 +52,7 @@ DEB_PACKAGES += python3-pytest python3-venv python3-pip bubblewrap firejail
 # readable reports. The SDK's reply parser is fuzzed with hypothesis.
 DEB_PACKAGES += clang-19 libclang-rt-19-dev llvm-19 python3-hypothesis
 
-.PHONY: all deps demo test unit integration python-test fuzz install uninstall bench bench-managers bench-sandbox check-asan conformance clean
+.PHONY: all deps demo test unit integration python-test reliability fuzz install uninstall bench bench-managers bench-sandbox check-asan conformance clean
 
 all: $(BUILD)/forkbox $(BUILD)/fbhelper
 
@@ -150,7 +150,14 @@ test: deps
 	$(MAKE) unit
 	$(MAKE) fuzz FUZZ_SECONDS=10
 	$(MAKE) integration
+	$(MAKE) reliability QUICK=1
 	$(MAKE) python-test
+
+# Resource faults, soaks and stampedes (RELIABILITY.md): 10,000 runs per soak; QUICK=1 runs
+# the short version (200) that `make test` runs.
+reliability: all $(BUILD)/sandbox-client
+	FORKBOX=$(CURDIR)/$(BUILD)/forkbox FBHELPER=$(CURDIR)/$(BUILD)/fbhelper SANDBOX_CLIENT=$(CURDIR)/$(BUILD)/sandbox-client \
+		./tests/reliability/run.sh $(if $(filter 1,$(QUICK)),--quick)
 
 install: $(BUILD)/forkbox
 	install -D -m 0755 $(BUILD)/forkbox $(DESTDIR)$(PREFIX)/bin/forkbox
