@@ -194,11 +194,17 @@ Result<int> exec_container(const StateStore& store, const ExecOptions& opt) {
     if (r || (r.error().errnum() != ESRCH && r.error().errnum() != ENOENT)) return r;
     // A kill or delete that raced the exec ("join the container's pid namespace: ESRCH",
     // "open cgroup .../tasks: ENOENT"): said as runc says it, when that is what happened.
-    auto dir = store.open(opt.id, StateStore::Lock::None);
-    if (!dir) return fail(ENOENT, "container " + opt.id + " does not exist");
-    auto state = dir->read_state();
-    if (state && derive_status(*state, dir->fifo_exists()) == Status::Stopped)
-        return fail(ESRCH, "cannot exec in a stopped container");
+    // An init in the middle of its exit has lost its namespaces (ESRCH) a moment before it
+    // is a zombie: that moment is waited for, briefly.
+    for (int i = 0; i < 50; ++i) {
+        auto dir = store.open(opt.id, StateStore::Lock::None);
+        if (!dir) return fail(ENOENT, "container " + opt.id + " does not exist");
+        auto state = dir->read_state();
+        if (state && derive_status(*state, dir->fifo_exists()) == Status::Stopped)
+            return fail(ESRCH, "cannot exec in a stopped container");
+        if (!state) break;
+        ::usleep(2000);
+    }
     return r;
 }
 
