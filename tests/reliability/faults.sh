@@ -483,7 +483,7 @@ EOF
 		limits+=("$pid:$(prlimit --pid "$pid" --nofile --output SOFT --noheadings | tr -d ' ')")
 		prlimit --pid "$pid" --nofile=$(($(rel_fds "$pid") + 8)):
 	done
-	/usr/bin/python3 - "$sock" "$spid" "$dpid" >"$REL_WORK/dfd.out" 2>&1 <<'EOF'
+	cat >"$REL_WORK/fd-clients.py" <<'EOF'
 import socket, sys, time, os
 path, spid, dpid = sys.argv[1], sys.argv[2], sys.argv[3]
 def cpu(pid):
@@ -510,6 +510,7 @@ for p in (spid, dpid):
 for s in conns:
     s.close()
 EOF
+	/usr/bin/python3 - "$sock" "$spid" "$dpid" >"$REL_WORK/dfd.out" 2>&1 <"$REL_WORK/fd-clients.py"
 	runs=$((runs + 1))
 	problems=""
 	local ticks
@@ -533,6 +534,27 @@ EOF
 	out=$(rel_compare "$before" "$after") || leaks=$?
 	rel_stop_daemon "$dpid"
 	REL_EXCLUDE_PIDS=
+
+	# The same without the sandbox service: the zygote loop accepts itself.
+	local zsock=$sdir/z.sock
+	if rel_daemon "$zsock" "$sdir/zdaemon.log" --pool 1 --no-sandboxes; then
+		dpid=$REL_DAEMON_PID
+		local zlimit
+		zlimit=$(prlimit --pid "$dpid" --nofile --output SOFT --noheadings | tr -d ' ')
+		prlimit --pid "$dpid" --nofile=$(($(rel_fds "$dpid") + 8)):
+		/usr/bin/python3 - "$zsock" "$dpid" "$dpid" >"$REL_WORK/zfd.out" 2>&1 <"$REL_WORK/fd-clients.py"
+		runs=$((runs + 1))
+		problems=""
+		ticks=$(awk '/cpu_ticks_2s/ { if ($3 > m) m = $3 } END { print m + 0 }' "$REL_WORK/zfd.out")
+		((ticks > 50)) && problems+="the zygote loop spins at EMFILE ($ticks ticks in 2 s) "
+		prlimit --pid "$dpid" --nofile="$zlimit:"
+		sleep 0.5
+		timeout 20 "$FB" daemon --socket "$zsock" --stats >/dev/null 2>"$REL_WORK/zfd.err" || problems+="no stats after the clients left "
+		[[ -n $problems ]] && { defects=$((defects + 1)); echo "  daemon-faults (zygote loop, fd exhaustion): $problems $(cat "$REL_WORK/zfd.out")" >&2; }
+		rel_stop_daemon "$dpid"
+	else
+		defects=$((defects + 1))
+	fi
 	rel_report daemon-faults "$runs" "$leaks" "$defects" "$out"
 }
 

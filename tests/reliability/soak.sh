@@ -97,7 +97,7 @@ soak_cold() {
 	t1=$(date +%s%N)
 	after=$(rel_snapshot "$ROOT")
 	out=$(rel_compare "$before" "$after") || leaks=$?
-	rel_report soak-cold-run "$RUNS" "$leaks" "$failed" "$out $((RUNS * 1000000000 / (t1 - t0 + 1)))/s [$after]"
+	rel_report soak-cold-run "$RUNS" "$leaks" "$failed" "$out $((RUNS * 1000000000 / (t1 - t0 + 1)))/s [before: $before after: $after]"
 }
 
 soak_zygote() {
@@ -142,7 +142,7 @@ soak_zygote() {
 	pout=$(rel_compare "$pre" "$post") || pleaks=$?
 	((pleaks)) && echo "  soak-zygote: left after the daemon stopped: $(rel_cgroup_dirs | tr '\n' ' ')" >&2
 	rel_report soak-zygote-run "$RUNS" $((leaks + dleaks + pleaks)) "$failed" \
-		"$out $dout ${pout:+after stop: $pout} served $((served1 - served0)) warm; $((RUNS * 1000000000 / (t1 - t0 + 1)))/s [$dafter]"
+		"$out $dout ${pout:+after stop: $pout} served $((served1 - served0)) warm; $((RUNS * 1000000000 / (t1 - t0 + 1)))/s [before: $dbefore after: $dafter]"
 }
 
 soak_sandbox() {
@@ -188,7 +188,7 @@ soak_sandbox() {
 	local median
 	median=$(sort -n "$REL_WORK/sandbox-lat" | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }')
 	rel_report soak-sandbox-run "$RUNS" $((leaks + dleaks + pleaks)) "$failed" \
-		"$out $dout ${pout:+after stop: $pout} median ${median}us; $((RUNS * 1000000000 / (t1 - t0 + 1)))/s [$dafter]"
+		"$out $dout ${pout:+after stop: $pout} median ${median}us; $((RUNS * 1000000000 / (t1 - t0 + 1)))/s [before: $dbefore after: $dafter]"
 }
 
 for s in ${REL_SCENARIOS:-cold zygote sandbox}; do
