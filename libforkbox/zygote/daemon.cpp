@@ -26,7 +26,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <set>
 #include <map>
 #include <memory>
 
@@ -904,15 +903,7 @@ Result<void> Daemon::run() {
     ::unlink(opt_.socket_path.c_str());
     stop_sandbox_server();
     stop_builder();
-    // The cgroup parents our spares were in: a container's create made them and its delete
-    // could not remove them, our spares inside. Removed when empty, as delete does.
-    std::set<std::string> parents;
-    for (const auto& [k, pool] : pools_)
-        if (!k.cgroup_parent.empty() && k.cgroup_parent != "/") parents.insert(k.cgroup_parent);
-    pools_.clear();  // closes every template fd: the namespaces go away (and the spares)
-    for (const auto& parent : parents)
-        for (const auto& h : cgroups_.hierarchies)
-            if (!h.unified) ::rmdir((h.mountpoint + parent).c_str());
+    pools_.clear();  // closes every template fd: the namespaces go away
     int status;
     while (::waitpid(-1, &status, 0) > 0) {
     }

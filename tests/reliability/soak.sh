@@ -105,6 +105,18 @@ soak_zygote() {
 	SOCK=$REL_WORK/zygote.sock
 	rel_tmpfs "$ROOT" 64m
 	REL_ROOTS+=("$ROOT")
+	# The containers' cgroup parent exists before the daemon, as a manager's slice does: the
+	# daemon puts its spare cgroups in it, and a parent made by a container's create cannot be
+	# removed by its delete while spares are inside (the daemon does not own it).
+	local h
+	for h in /sys/fs/cgroup/*/; do
+		[[ -f ${h}cgroup.procs && ! -f ${h}cgroup.controllers ]] || continue
+		mkdir -p "$h${REL_CG#/}"
+		if [[ -f ${h}cpuset.cpus ]]; then
+			cat "${h}cpuset.cpus" >"$h${REL_CG#/}/cpuset.cpus"
+			cat "${h}cpuset.mems" >"$h${REL_CG#/}/cpuset.mems"
+		fi
+	done
 	local pre
 	pre=$(rel_snapshot "$ROOT")
 	rel_daemon "$SOCK" "$REL_WORK/zygote-daemon.log" --pool 4 --warm "$B" --root "$ROOT" --no-sandboxes ||
