@@ -217,6 +217,7 @@ FUZZ_UNUSED_SRCS := libforkbox/features.cpp libforkbox/base/trace.cpp libforkbox
 FUZZ_LIB_SRCS := $(filter-out $(FUZZ_UNUSED_SRCS),$(LIB_SRCS))
 FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.cpp=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/fuzz/lsan.supp \
 	ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-19/bin/llvm-symbolizer
 
 $(FUZZ_BUILD)/obj/%.o: %.cpp
