@@ -282,6 +282,25 @@ spares_of() {
 	[[ -z $left ]] || fail "the SIGKILLed daemon's spares are left: $left"
 }
 
+# next_daemon_serves_without SOCK SVC: a new daemon on SOCK serves a sandbox, and no cgroup of
+# the dead sandbox service SVC is left (its successor removes them).
+next_daemon_serves_without() {
+	local sock=$1 svc=$2 i out=
+	"$FORKBOX" daemon --socket "$sock" </dev/null >/dev/null 2>>"$sock.err" 3>&- 4>&- &
+	DAEMON_PID=$!
+	for ((i = 0; i < 50; i++)); do
+		out=$(timeout -s KILL 30 "$FORKBOX" sandbox --socket "$sock" -- echo again 2>/dev/null) && break
+		sleep 0.1
+	done
+	assert_equal "$out" again
+	for ((i = 0; i < 50; i++)); do
+		[[ -z $(compgen -G "/sys/fs/cgroup/*/forkbox-sandbox/$svc-*") ]] && break
+		sleep 0.1
+	done
+	run compgen -G "/sys/fs/cgroup/*/forkbox-sandbox/$svc-*"
+	assert_failure
+}
+
 @test "kills: the daemon SIGKILLed with sandbox runs in flight: clients fail with a message, nothing of them is left" {
 	command -v python3 >/dev/null || skip "python3 missing"
 	local sock=$BATS_TEST_TMPDIR/sb.sock marker=$((96120000 + $$ % 1000)) svc i
@@ -319,20 +338,7 @@ spares_of() {
 	run pgrep -a -f -- "^sleep ($marker|$((marker + 1)))$"
 	assert_failure
 	# The next daemon serves, and nothing of the dead one's service is left.
-	"$FORKBOX" daemon --socket "$sock" </dev/null >/dev/null 2>>"$sock.err" 3>&- 4>&- &
-	DAEMON_PID=$!
-	local out=
-	for ((i = 0; i < 50; i++)); do
-		out=$(timeout -s KILL 30 "$FORKBOX" sandbox --socket "$sock" -- echo again 2>/dev/null) && break
-		sleep 0.1
-	done
-	assert_equal "$out" again
-	for ((i = 0; i < 50; i++)); do
-		[[ -z $(compgen -G "/sys/fs/cgroup/*/forkbox-sandbox/$svc-*") ]] && break
-		sleep 0.1
-	done
-	run compgen -G "/sys/fs/cgroup/*/forkbox-sandbox/$svc-*"
-	assert_failure
+	next_daemon_serves_without "$sock" "$svc"
 	run grep -F -- "$BATS_TEST_TMPDIR" /proc/self/mountinfo
 	assert_failure
 }
@@ -355,20 +361,7 @@ spares_of() {
 	# whoever inherits it reaps it.
 	kill -KILL "$DAEMON_PID" "$svc"
 	wait "$DAEMON_PID" 2>/dev/null || true
-	"$FORKBOX" daemon --socket "$sock" </dev/null >/dev/null 2>>"$sock.err" 3>&- 4>&- &
-	DAEMON_PID=$!
-	local out=
-	for ((i = 0; i < 50; i++)); do
-		out=$(timeout -s KILL 30 "$FORKBOX" sandbox --socket "$sock" -- echo again 2>/dev/null) && break
-		sleep 0.1
-	done
-	assert_equal "$out" again
-	for ((i = 0; i < 50; i++)); do
-		[[ -z $(compgen -G "/sys/fs/cgroup/*/forkbox-sandbox/$svc-*") ]] && break
-		sleep 0.1
-	done
-	run compgen -G "/sys/fs/cgroup/*/forkbox-sandbox/$svc-*"
-	assert_failure
+	next_daemon_serves_without "$sock" "$svc"
 }
 
 @test "kills: the sandbox service SIGKILLed with one-shot runs in flight: the runs are gone, the next service removes their cgroups" {
