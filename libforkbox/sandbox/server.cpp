@@ -54,6 +54,10 @@ namespace {
 constexpr const char* kCgroupParent = "/forkbox-sandbox";
 constexpr size_t kStdinBufferLimit = 1 << 20;  // past this, the client is not read
 constexpr int kBuildFailuresBeforePause = 3;
+// A command released this recently has the machine to itself: a pool that still holds a
+// sandbox is refilled after it (or once it has run this long). A build costs ~3 ms of CPU,
+// which on a small machine would otherwise come out of the command's start and exit.
+constexpr auto kQuietAfterRelease = std::chrono::milliseconds(30);
 
 std::string errno_text(std::string_view what) { return std::string(what) + ": " + std::strerror(errno); }
 
@@ -720,6 +724,15 @@ void Server::build_failed(uint64_t embryo_id, const std::string& why) {
     }
 }
 
+// Until when a command just released runs undisturbed by builds (kQuietAfterRelease).
+Clock::time_point Server::builds_wait_until() const {
+    Clock::time_point until{};
+    for (auto& [id, r] : runs_)
+        if (r->purpose == Run::Purpose::Command && r->started && !r->exited)
+            until = std::max(until, r->released + kQuietAfterRelease);
+    return until;
+}
+
 // One embryo for a pool below its size, if any: called when the loop is idle.
 bool Server::refill_one() {
     if (stopping_) return false;
@@ -1305,13 +1318,18 @@ int Server::run() {
               (use_cgroups_ ? ", cgroup limits" : ", rlimits") + ")");
     epoll_event events[64];
     while (!stopping_) {
+        auto now = Clock::now();
+        auto quiet_until = builds_wait_until();
         bool want_refill = false;
         for (auto& [k, p] : pools_)
             want_refill |= static_cast<int>(p.ready.size()) + p.building < opt_.pool_size &&
-                           (p.failures < kBuildFailuresBeforePause || Clock::now() >= p.retry_at);
+                           (p.failures < kBuildFailuresBeforePause || now >= p.retry_at) &&
+                           (p.ready.empty() || now >= quiet_until);
         // Requests first: embryos are made only when nothing else waits.
         int next_expiry = expire_sessions();
         int idle_wait = next_expiry >= 0 ? std::min(next_expiry, 10000) : 10000;
+        if (now < quiet_until)
+            idle_wait = std::min(idle_wait, static_cast<int>(ms_between(now, quiet_until)) + 1);
         int n = ::epoll_wait(epoll_.get(), events, 64, want_refill ? 0 : idle_wait);
         if (n < 0 && errno != EINTR) {
             log::error("sandbox: " + errno_text("epoll_wait"));

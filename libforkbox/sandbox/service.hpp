@@ -185,6 +185,7 @@ private:
     void embryo_ready(Embryo& e);
     void discard_embryo(uint64_t embryo_id);
     bool refill_one();
+    Clock::time_point builds_wait_until() const;
 
     void place(Run& r);
     void release(Run& r, Embryo& e);
