@@ -148,6 +148,7 @@ public:
         if (!unused || unused->spare_cgroup.empty()) return;
         if (auto layout = detect_cgroup_layout()) remove_spare_cgroups(*layout, cgroup_parent_, unused->spare_cgroup);
     }
+    bool asked() const { return pending_.has_value(); }
     std::optional<zygote::Template> take() {
         if (!pending_) return std::nullopt;
         auto t = pending_->take();
@@ -329,6 +330,7 @@ private:
     bool terminal_ = false;
     Plan plan_;
     std::optional<WarmTemplateRequest> warm_request_;
+    std::optional<NetworkNamespaceAhead> network_ahead_;
 
     // prepare_state
     int preserve_fds_ = 0;
@@ -380,6 +382,12 @@ Result<void> ContainerCreation::load_and_plan() {
     warm_request_.emplace(ask_warm_template(opt_, spec(), plan_, cfg_.text),
                           opt_.systemd_cgroup ? std::string() : zygote::cgroup_parent(plan_.cgroups_path));
     trace::mark("create: zygote asked");
+    // The cold path: the network namespace is made on the other CPU while we go on, instead
+    // of by the clone. Not one a new or joined user namespace is to own, nor when a
+    // template may bring one.
+    if ((plan_.new_namespaces & CLONE_NEWNET) && !(plan_.new_namespaces & CLONE_NEWUSER) &&
+        !plan_.needs_intermediate() && !warm_request_->asked())
+        network_ahead_.emplace();
     if (!spec().process || plan_.process.args.empty()) return fail(EINVAL, "config.json: process.args must not be empty");
     return {};
 }
@@ -459,6 +467,11 @@ Result<void> ContainerCreation::place_cgroups() {
     // Zygote mode: fresh namespaces and spare cgroups from a warm template instead of
     // making them now. Taken right before the cgroups, which consume the spares.
     warm_ = WarmStart::from(warm_request_->take());
+    if (network_ahead_) {
+        FB_ASSIGN(OpenNamespace net, network_ahead_->take());
+        warm_.namespaces.push_back(std::move(net));  // entered for the clone, as a template's
+        network_ahead_.reset();
+    }
     trace::mark("create: zygote answered");
     if (!plan_.systemd_unit.empty()) return prepare_systemd_unit(std::move(cgroup_writes));
     FB_TRY(record_cgroups(planned_cgroups(layout_, plan_.cgroups_path)));

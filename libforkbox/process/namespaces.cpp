@@ -205,6 +205,40 @@ Result<void> bring_up_loopback() {
     return {};
 }
 
+NetworkNamespaceAhead::NetworkNamespaceAhead()
+    : thread_([this] {
+          // A thread's network namespace is its own (nsproxy is per task): the caller's
+          // other threads stay where they are.
+          if (::unshare(CLONE_NEWNET) < 0) {
+              made_ = sys_error("unshare the container's network namespace");
+              return;
+          }
+          unique_fd fd(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+          if (!fd) {
+              made_ = sys_error("open the new network namespace");
+              return;
+          }
+          if (auto up = bring_up_loopback(); !up) {
+              made_ = std::unexpected(up.error());
+              return;
+          }
+          made_ = std::move(fd);
+      }) {}
+
+NetworkNamespaceAhead::~NetworkNamespaceAhead() {
+    if (thread_.joinable()) thread_.join();
+}
+
+Result<OpenNamespace> NetworkNamespaceAhead::take() {
+    if (thread_.joinable()) thread_.join();
+    if (!made_) return std::unexpected(made_.error());
+    OpenNamespace ns;
+    ns.clone_flag = CLONE_NEWNET;
+    ns.path = "network namespace made ahead";
+    ns.fd = std::move(*made_);
+    return ns;
+}
+
 Result<void> set_hostname(const std::string& name) {
     if (::sethostname(name.data(), name.size()) < 0) return sys_error("sethostname " + name);
     return {};
