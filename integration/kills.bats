@@ -282,6 +282,18 @@ spares_of() {
 	[[ -z $left ]] || fail "the SIGKILLed daemon's spares are left: $left"
 }
 
+# assert_service_cgroups_gone SVC: no cgroup of the dead sandbox service SVC is left (its
+# successor removes them, soon after it starts).
+assert_service_cgroups_gone() {
+	local svc=$1 i
+	for ((i = 0; i < 50; i++)); do
+		[[ -z $(compgen -G "/sys/fs/cgroup/*/forkbox-sandbox/$svc-*") ]] && break
+		sleep 0.1
+	done
+	run compgen -G "/sys/fs/cgroup/*/forkbox-sandbox/$svc-*"
+	assert_failure
+}
+
 # next_daemon_serves_without SOCK SVC: a new daemon on SOCK serves a sandbox, and no cgroup of
 # the dead sandbox service SVC is left (its successor removes them).
 next_daemon_serves_without() {
@@ -293,12 +305,7 @@ next_daemon_serves_without() {
 		sleep 0.1
 	done
 	assert_equal "$out" again
-	for ((i = 0; i < 50; i++)); do
-		[[ -z $(compgen -G "/sys/fs/cgroup/*/forkbox-sandbox/$svc-*") ]] && break
-		sleep 0.1
-	done
-	run compgen -G "/sys/fs/cgroup/*/forkbox-sandbox/$svc-*"
-	assert_failure
+	assert_service_cgroups_gone "$svc"
 }
 
 @test "kills: the daemon SIGKILLed with sandbox runs in flight: clients fail with a message, nothing of them is left" {
@@ -396,10 +403,5 @@ next_daemon_serves_without() {
 	# The daemon starts a new service on the next request; it removes the dead one's cgroups.
 	run timeout -s KILL 30 "$FORKBOX" sandbox --socket "$sock" -- echo again
 	assert_output again
-	for ((i = 0; i < 50; i++)); do
-		[[ -z $(compgen -G "/sys/fs/cgroup/*/forkbox-sandbox/$svc-*") ]] && break
-		sleep 0.1
-	done
-	run compgen -G "/sys/fs/cgroup/*/forkbox-sandbox/$svc-*"
-	assert_failure
+	assert_service_cgroups_gone "$svc"
 }
