@@ -1100,6 +1100,19 @@ failing_hook_leaves_nothing() {
 	(( ($output & 0x9) == 0x9 )) || fail "lo flags $output"
 }
 
+@test "the runtime run as root of a user namespace makes the network namespace a config asks for (rootless podman)" {
+	# Rootless podman runs the runtime as root of its user namespace, with a config that
+	# asks for a network namespace and no user namespace: the host's network namespace is
+	# then not the runtime's to go back to.
+	update_config '.linux.namespaces |= map(select(.type != "user"))'
+	set_args /bin/fbhelper read /sys/class/net/lo/flags
+	run --separate-stderr unshare --user --map-root-user "$FORKBOX" --root "$ROOT" run --bundle "$BUNDLE" "$CID"
+	assert_success
+	(( ($output & 0x9) == 0x9 )) || fail "lo flags $output"
+	run runtime list -q
+	assert_output ""
+}
+
 @test "a hook that does not read its stdin does not kill the runtime (SIGPIPE)" {
 	# More state than a pipe holds: the write to the hook's stdin meets EPIPE for sure.
 	update_config '.annotations.big = ("x" * 200000) | .hooks.poststop = [{"path": "/bin/true"}]

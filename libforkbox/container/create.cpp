@@ -468,8 +468,8 @@ Result<void> ContainerCreation::place_cgroups() {
     // making them now. Taken right before the cgroups, which consume the spares.
     warm_ = WarmStart::from(warm_request_->take());
     if (network_ahead_) {
-        FB_ASSIGN(OpenNamespace net, network_ahead_->take());
-        warm_.namespaces.push_back(std::move(net));  // entered for the clone, as a template's
+        FB_ASSIGN(std::optional<OpenNamespace> net, network_ahead_->take());
+        if (net) warm_.namespaces.push_back(std::move(*net));  // entered for the clone, as a template's
         network_ahead_.reset();
     }
     trace::mark("create: zygote answered");

@@ -7,6 +7,7 @@
 #include <spawn.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -205,10 +206,36 @@ Result<void> bring_up_loopback() {
     return {};
 }
 
+namespace {
+
+// Whether the calling thread's network namespace belongs to its own user namespace, so
+// that setns() back into it after a visit elsewhere is allowed.
+Result<bool> network_namespace_is_owned_here() {
+    unique_fd net(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+    if (!net) return sys_error("open /proc/thread-self/ns/net");
+    unique_fd owner(::ioctl(net.get(), NS_GET_USERNS));
+    if (!owner) {
+        // EPERM: the owner is outside our user namespace altogether.
+        if (errno == EPERM) return false;
+        return sys_error("owner of the network namespace");
+    }
+    struct stat owner_st {}, ours {};
+    if (::fstat(owner.get(), &owner_st) < 0) return sys_error("stat the network namespace's owner");
+    if (::stat("/proc/thread-self/ns/user", &ours) < 0) return sys_error("stat /proc/thread-self/ns/user");
+    return owner_st.st_dev == ours.st_dev && owner_st.st_ino == ours.st_ino;
+}
+
+}  // namespace
+
 NetworkNamespaceAhead::NetworkNamespaceAhead()
     : thread_([this] {
           // A thread's network namespace is its own (nsproxy is per task): the caller's
           // other threads stay where they are.
+          auto home_is_ours = network_namespace_is_owned_here();
+          if (!home_is_ours || !*home_is_ours) {
+              if (!home_is_ours) made_ = std::unexpected(home_is_ours.error());
+              return;
+          }
           if (::unshare(CLONE_NEWNET) < 0) {
               made_ = sys_error("unshare the container's network namespace");
               return;
@@ -229,9 +256,10 @@ NetworkNamespaceAhead::~NetworkNamespaceAhead() {
     if (thread_.joinable()) thread_.join();
 }
 
-Result<OpenNamespace> NetworkNamespaceAhead::take() {
+Result<std::optional<OpenNamespace>> NetworkNamespaceAhead::take() {
     if (thread_.joinable()) thread_.join();
     if (!made_) return std::unexpected(made_.error());
+    if (!*made_) return std::nullopt;
     OpenNamespace ns;
     ns.clone_flag = CLONE_NEWNET;
     ns.path = "network namespace made ahead";

@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,16 +65,19 @@ Result<void> write_id_mappings(pid_t pid, const std::vector<oci::IdMapping>& uid
 // clone3 with runc's namespaces), time that then leaves the create's critical path. The
 // namespace belongs to the caller's user namespace, as one made by the clone would; take()
 // waits for the thread, and a namespace never taken is closed (so freed) with this object.
+// take() gives none when the caller's own network namespace belongs to an outer user
+// namespace (the runtime run as root of a user namespace, as by rootless podman): a
+// visit to the new one could not come back, so the clone must make it.
 class NetworkNamespaceAhead {
 public:
     NetworkNamespaceAhead();
     NetworkNamespaceAhead(const NetworkNamespaceAhead&) = delete;
     NetworkNamespaceAhead& operator=(const NetworkNamespaceAhead&) = delete;
     ~NetworkNamespaceAhead();
-    Result<OpenNamespace> take();
+    Result<std::optional<OpenNamespace>> take();
 
 private:
-    Result<unique_fd> made_ = unique_fd();  // before the thread, which sets it
+    Result<unique_fd> made_ = unique_fd();  // before the thread, which sets it; empty: none made
     std::thread thread_;
 };
 
