@@ -294,6 +294,20 @@ assert_service_cgroups_gone() {
 	assert_failure
 }
 
+# start_sandbox_daemon SOCK: a daemon on SOCK (DAEMON_PID, for the teardown) whose sandbox
+# service answers; SERVICE_PID is the service's pid.
+start_sandbox_daemon() {
+	local sock=$1 i
+	"$FORKBOX" daemon --socket "$sock" </dev/null >/dev/null 2>"$sock.err" 3>&- 4>&- &
+	DAEMON_PID=$!
+	for ((i = 0; i < 50; i++)); do
+		"$FORKBOX" sandbox --socket "$sock" --info >"$BATS_TEST_TMPDIR/info.json" 2>/dev/null && break
+		sleep 0.1
+	done
+	SERVICE_PID=$(jq -r .service_pid "$BATS_TEST_TMPDIR/info.json")
+	[[ $SERVICE_PID =~ ^[0-9]+$ ]] || fail "no sandbox service: $(cat "$sock.err")"
+}
+
 # next_daemon_serves_without SOCK SVC: a new daemon on SOCK serves a sandbox, and no cgroup of
 # the dead sandbox service SVC is left (its successor removes them).
 next_daemon_serves_without() {
@@ -312,14 +326,8 @@ next_daemon_serves_without() {
 	command -v python3 >/dev/null || skip "python3 missing"
 	local sock=$BATS_TEST_TMPDIR/sb.sock marker=$((96120000 + $$ % 1000)) svc i
 	# The bats tmpdir is 0700: a sandbox's root (an unprivileged uid) needs no path in it.
-	"$FORKBOX" daemon --socket "$sock" </dev/null >/dev/null 2>"$sock.err" 3>&- 4>&- &
-	DAEMON_PID=$!
-	for ((i = 0; i < 50; i++)); do
-		"$FORKBOX" sandbox --socket "$sock" --info >"$BATS_TEST_TMPDIR/info.json" 2>/dev/null && break
-		sleep 0.1
-	done
-	svc=$(jq -r .service_pid "$BATS_TEST_TMPDIR/info.json")
-	[[ $svc =~ ^[0-9]+$ ]] || fail "no sandbox service: $(cat "$sock.err")"
+	start_sandbox_daemon "$sock"
+	svc=$SERVICE_PID
 	local sid
 	sid=$("$FORKBOX" sandbox --socket "$sock" create) || fail "session: $sid"
 	"$FORKBOX" sandbox --socket "$sock" --session "$sid" -- sh -c "(sleep $marker &); true"
@@ -353,14 +361,8 @@ next_daemon_serves_without() {
 @test "kills: the daemon and its sandbox service SIGKILLed together: the next daemon's service removes the dead one's cgroups" {
 	command -v python3 >/dev/null || skip "python3 missing"
 	local sock=$BATS_TEST_TMPDIR/sb.sock svc i
-	"$FORKBOX" daemon --socket "$sock" </dev/null >/dev/null 2>"$sock.err" 3>&- 4>&- &
-	DAEMON_PID=$!
-	for ((i = 0; i < 50; i++)); do
-		"$FORKBOX" sandbox --socket "$sock" --info >"$BATS_TEST_TMPDIR/info.json" 2>/dev/null && break
-		sleep 0.1
-	done
-	svc=$(jq -r .service_pid "$BATS_TEST_TMPDIR/info.json")
-	[[ $svc =~ ^[0-9]+$ ]] || fail "no sandbox service: $(cat "$sock.err")"
+	start_sandbox_daemon "$sock"
+	svc=$SERVICE_PID
 	run timeout -s KILL 30 "$FORKBOX" sandbox --socket "$sock" -- true
 	assert_success
 	[[ -n $(compgen -G "/sys/fs/cgroup/*/forkbox-sandbox/$svc-*") ]] || skip "the service made no cgroups here"
@@ -374,14 +376,8 @@ next_daemon_serves_without() {
 @test "kills: the sandbox service SIGKILLed with one-shot runs in flight: the runs are gone, the next service removes their cgroups" {
 	command -v python3 >/dev/null || skip "python3 missing"
 	local sock=$BATS_TEST_TMPDIR/sb.sock marker=$((96130000 + $$ % 1000)) svc i client
-	"$FORKBOX" daemon --socket "$sock" </dev/null >/dev/null 2>"$sock.err" 3>&- 4>&- &
-	DAEMON_PID=$!
-	for ((i = 0; i < 50; i++)); do
-		"$FORKBOX" sandbox --socket "$sock" --info >"$BATS_TEST_TMPDIR/info.json" 2>/dev/null && break
-		sleep 0.1
-	done
-	svc=$(jq -r .service_pid "$BATS_TEST_TMPDIR/info.json")
-	[[ $svc =~ ^[0-9]+$ ]] || fail "no sandbox service: $(cat "$sock.err")"
+	start_sandbox_daemon "$sock"
+	svc=$SERVICE_PID
 	timeout -s KILL 30 "$FORKBOX" sandbox --socket "$sock" -- sleep "$marker" \
 		</dev/null >/dev/null 2>"$BATS_TEST_TMPDIR/client.err" 3>&- 4>&- &
 	client=$!
@@ -401,6 +397,39 @@ next_daemon_serves_without() {
 	run pgrep -a -f -- "^sleep $marker$"
 	assert_failure
 	# The daemon starts a new service on the next request; it removes the dead one's cgroups.
+	run timeout -s KILL 30 "$FORKBOX" sandbox --socket "$sock" -- echo again
+	assert_output again
+	assert_service_cgroups_gone "$svc"
+}
+
+@test "kills: the sandbox service SIGKILLed while it holds sandboxes for forks: they die with it, the next service removes their cgroups" {
+	local sock=$BATS_TEST_TMPDIR/sb.sock svc i sid held pid left
+	start_sandbox_daemon "$sock"
+	svc=$SERVICE_PID
+	# A session that forked once and lives on: the kind's held sandboxes stay while it does.
+	sid=$("$FORKBOX" sandbox --socket "$sock" create) || fail "session: $sid"
+	run "$FORKBOX" sandbox --socket "$sock" fork "$sid" 2
+	assert_success
+	for child in $output; do
+		"$FORKBOX" sandbox --socket "$sock" close "$child"
+	done
+	for ((i = 0; i < 100; i++)); do
+		"$FORKBOX" sandbox --socket "$sock" --info >"$BATS_TEST_TMPDIR/info.json" 2>/dev/null &&
+			[[ $(jq -r .pool.held "$BATS_TEST_TMPDIR/info.json") == 2 ]] && break
+		sleep 0.1
+	done
+	[[ $(jq -r .pool.held "$BATS_TEST_TMPDIR/info.json") == 2 ]] || fail "no held sandboxes: $(cat "$BATS_TEST_TMPDIR/info.json")"
+	held=$(pgrep -P "$svc" | tr '\n' ' ')
+	kill -KILL "$svc"
+	for ((i = 0; i < 50; i++)); do
+		left=""
+		for pid in $held; do
+			[[ -d /proc/$pid ]] && left+=" $pid"
+		done
+		[[ -z $left ]] && break
+		sleep 0.1
+	done
+	[[ -z $left ]] || fail "the dead service's sandboxes are alive:$left"
 	run timeout -s KILL 30 "$FORKBOX" sandbox --socket "$sock" -- echo again
 	assert_output again
 	assert_service_cgroups_gone "$svc"

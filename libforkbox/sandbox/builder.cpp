@@ -56,11 +56,12 @@ private:
         pid_t pid = -1;
         unique_fd pidfd, control;
         std::string lower;
+        unique_fd held_lower;  // a held embryo's lower layer, for the service to send with "M"
     };
     Result<const Plan*> plan_for(const SandboxKind& kind);
-    Result<Built> build(uint64_t id, const SandboxKind& kind, int fork_source);
+    Result<Built> build(uint64_t id, const SandboxKind& kind, int fork_source, bool hold);
     Result<void> parent_side(pid_t pid, const Plan& plan, std::vector<unique_fd>& bind_trees, int control, int fork_source,
-                             std::string& lower);
+                             Built& built, bool hold);
 
     const BuilderConfig& c_;
     int sock_;
@@ -83,7 +84,7 @@ oci::Resources default_limits(const Defaults& d) {
     return res;
 }
 
-Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind, int fork_source) {
+Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind, int fork_source, bool hold) {
     FB_ASSIGN(const Plan* plan, plan_for(kind));
     std::vector<unique_fd> task_fds;
     int cgroup_fd = -1;
@@ -130,7 +131,7 @@ Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind, int 
     b.pidfd.reset(pidfd);
     theirs.reset();
     task_fds.clear();
-    if (auto r = parent_side(pid, *plan, bind_trees, ours.get(), fork_source, b.lower); !r) {
+    if (auto r = parent_side(pid, *plan, bind_trees, ours.get(), fork_source, b, hold); !r) {
         sys::pidfd_send_signal(pidfd, SIGKILL);
         return std::unexpected(r.error());
     }
@@ -138,9 +139,11 @@ Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind, int 
     return b;
 }
 
-// Once the child exists: its id maps, an idmapped lower layer (root), then "M".
+// Once the child exists: its id maps ("P": it makes its namespaces meanwhile), an idmapped
+// lower layer (root), then "M", unless it is held.
 Result<void> Builder::parent_side(pid_t pid, const Plan& plan, std::vector<unique_fd>& bind_trees, int control,
-                                  int fork_source, std::string& lower_kind) {
+                                  int fork_source, Built& built, bool hold) {
+    std::string& lower_kind = built.lower;
     std::string proc = "/proc/" + std::to_string(pid);
     // A root daemon's private range, or a user's own ids (setgroups denied first).
     std::vector<oci::IdMapping> uids = {c_.mapped_range ? oci::IdMapping{0, c_.options.uid_base, 65536}
@@ -149,6 +152,7 @@ Result<void> Builder::parent_side(pid_t pid, const Plan& plan, std::vector<uniqu
                                                         : oci::IdMapping{0, static_cast<uint32_t>(::getegid()), 1}};
     FB_ASSIGN(IdMapWriter writer, plan_id_map_writer(uids, gids, ::geteuid(), ::getegid()));
     FB_TRY(write_id_mappings(pid, uids, gids, writer));
+    if (::send(control, "P", 1, MSG_NOSIGNAL) < 0) return sys_error("sandbox embryo: say its id maps are written");
     // A root daemon's lower layer: a copy of "/" alone (not its submounts), made here where
     // nothing is locked, idmapped so that the host's root-owned files are the sandbox root's.
     // A user's embryo builds its root itself (embryo.cpp).
@@ -180,6 +184,10 @@ Result<void> Builder::parent_side(pid_t pid, const Plan& plan, std::vector<uniqu
             bind_attr.userns_fd = static_cast<uint64_t>(userns.get());
             ::syscall(SYS_mount_setattr, bind_trees[i].get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &bind_attr, sizeof bind_attr);
         }
+    }
+    if (hold) {
+        built.held_lower = std::move(lower);
+        return {};
     }
     std::string m = "M";
     std::vector<int> fds;
@@ -213,20 +221,22 @@ void Builder::serve() {
             (void)remove_cgroups(dirs);
             continue;
         }
-        if (m.front() != 'B') continue;
+        if (m.front() != 'B' && m.front() != 'H') continue;
+        bool hold = m.front() == 'H';
         size_t nl = m.find('\n');
         uint64_t id = std::strtoull(std::string(m.substr(1, nl - 1)).c_str(), nullptr, 10);
         auto kind = nl == std::string_view::npos ? Result<SandboxKind>(std::unexpected(Error(EPROTO, "no kind")))
                                                  : decode_kind(m.substr(nl + 1));
         int fork_source = fds.empty() ? -1 : fds[0].get();
-        auto built = kind ? build(id, *kind, fork_source) : Result<Built>(std::unexpected(kind.error()));
+        auto built = kind ? build(id, *kind, hold ? -1 : fork_source, hold) : Result<Built>(std::unexpected(kind.error()));
         if (!built) {
             std::string reply = "F" + std::to_string(id) + " " + built.error().what();
             ::send(sock_, reply.data(), reply.size(), MSG_NOSIGNAL);
             continue;
         }
         std::string reply = "E" + std::to_string(id) + " " + std::to_string(built->pid) + " " + built->lower;
-        int reply_fds[2] = {built->pidfd.get(), built->control.get()};
+        std::vector<int> reply_fds = {built->pidfd.get(), built->control.get()};
+        if (built->held_lower) reply_fds.push_back(built->held_lower.get());
         if (!send_with_fds(sock_, reply, reply_fds, "sandbox builder")) ::_exit(0);
     }
 }

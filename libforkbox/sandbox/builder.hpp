@@ -6,7 +6,10 @@
 // Protocol (SOCK_SEQPACKET, service <-> builder, one message each way per embryo):
 //   service: "B<id>\n" + encode_kind() [+ fd]     make an embryo of this kind [a fork of the
 //                                                  sandbox whose stage the fd is]
-//   builder: "E<id> <pid> <lower>" + fds pidfd, control socket    (lower: idmapped, plain, none)
+//            "H<id>\n" + encode_kind()            make a held one: its namespaces, not its
+//                                                  root, which a fork asks for later
+//   builder: "E<id> <pid> <lower>" + fds pidfd, control socket [, a held one's lower layer]
+//            (lower: idmapped, plain, none)
 //            "F<id> <message>"                     it could not
 //   service: "D" + cgroup dirs, NUL-separated [+ fd]  remove these, drop the mount namespace
 //                                                     of the sandbox they were (no reply)

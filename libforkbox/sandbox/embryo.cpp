@@ -249,7 +249,9 @@ Result<void> build_root(const EmbryoSetup& s, int lower_tree, int fork_source) {
     return {};
 }
 
-Result<void> build(const EmbryoSetup& s, int lower_tree, int fork_source) {
+// Everything that does not depend on the root's layers: done once the id maps are written
+// ("P"), so that a held embryo (embryo.hpp) has it done before its fork asks for it.
+Result<void> enter_namespaces(const EmbryoSetup& s) {
     const Plan& plan = *s.plan;
     FB_TRY_CTX(join_v1_cgroups(s.cgroup_task_fds), "sandbox cgroups");
     FB_TRY(check(::setresgid(0, 0, 0) == 0, "setresgid 0"));
@@ -266,6 +268,12 @@ Result<void> build(const EmbryoSetup& s, int lower_tree, int fork_source) {
     FB_TRY(check(::unshare(flags) == 0, "unshare namespaces"));
     if (own_network) FB_TRY(bring_up_loopback());
     FB_TRY(set_hostname(plan.hostname));
+    return {};
+}
+
+// The root ("M"): its layers, the Plan's mounts, then the hardening.
+Result<void> build(const EmbryoSetup& s, int lower_tree, int fork_source) {
+    const Plan& plan = *s.plan;
     FB_TRY(build_root(s, lower_tree, fork_source));
     if (fork_source >= 0) {
         ::close(fork_source);
@@ -903,7 +911,10 @@ void embryo_main(const EmbryoSetup& s) {
     std::string buf(kReleaseBufferBytes, '\0');
     std::vector<unique_fd> fds;
     auto n = receive_message(control, buf, fds, "sandbox control");
-    if (!n || *n == 0 || buf[0] != 'M') ::_exit(1);  // the daemon gave up on us
+    if (!n || *n == 0 || buf[0] != 'P') ::_exit(1);  // the daemon gave up on us
+    if (auto entered = enter_namespaces(s); !entered) die(control, entered.error().what());
+    n = receive_message(control, buf, fds, "sandbox control");
+    if (!n || *n == 0 || buf[0] != 'M') ::_exit(1);
     // Not dumpable: the sandbox's processes share this one's credentials, and must not
     // reach its memory or fds (/proc/1/mem, /proc/1/fd) where the daemon's socket is.
     // Only now: a user's builder writes our id maps through /proc, which a process that

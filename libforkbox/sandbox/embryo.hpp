@@ -11,8 +11,12 @@
 //   process group of its own, reporting each one's end by id, until the daemon kills it.
 //
 // The control socket (SOCK_SEQPACKET), daemon <-> embryo:
+//   daemon: "P"                                    its id maps are written: make the
+//                                                  namespaces (mount, ipc, uts, cgroup, net)
 //   daemon: "M" ["L"] ["F"] + fds [the lower layer, an idmapped copy of "/"] [a fork's
-//           parent's stage, whose state it copies]                maps written: build
+//           parent's stage, whose state it copies]                build the root
+//           The builder sends "M" right after "P", except to a held embryo: one kept for
+//           forks, which the service sends "M" itself when a fork takes it.
 //   embryo: "C" (a fork: the parent's state is copied), then
 //           "R" (ready) or "F<message>" (failed; it then exits); a warm Python's embryo
 //           starts python3 (pid 2) first and says "R <its CPU time so far, ns>"

@@ -58,6 +58,10 @@ constexpr int kBuildFailuresBeforePause = 3;
 // sandbox is refilled after it (or once it has run this long). A build costs ~3 ms of CPU,
 // which on a small machine would otherwise come out of the command's start and exit.
 constexpr auto kQuietAfterRelease = std::chrono::milliseconds(30);
+// Held embryos (HeldPool): kept this long after the kind's last session ended (a tree
+// search may close a parent before it forks a child), retried this long after a failure.
+constexpr auto kHeldLinger = std::chrono::seconds(2);
+constexpr auto kHeldRetry = std::chrono::seconds(10);
 
 std::string errno_text(std::string_view what) { return std::string(what) + ": " + std::strerror(errno); }
 
@@ -366,11 +370,15 @@ size_t Server::live_sandboxes() const {
 }
 
 std::string Server::info_json() {
-    size_t ready = 0;
+    size_t ready = 0, held = 0;
     int building = 0;
     for (auto& [k, p] : pools_) {
         ready += p.ready.size();
         building += p.building;
+    }
+    for (auto& [k, h] : held_) {
+        held += h.ready.size();
+        building += h.building;
     }
     size_t fds = 0;
     if (DIR* d = ::opendir("/proc/self/fd")) {
@@ -411,7 +419,8 @@ std::string Server::info_json() {
     // embryo's own CPU time (the builder's share is not in it).
     w.key("build_ms_mean").value(built_ ? build_ms_total_ / static_cast<double>(built_) : 0.0);
     w.key("build_cpu_ms_mean").value(built_ ? build_cpu_ms_total_ / static_cast<double>(built_) : 0.0);
-    w.key("pool").begin_object().key("ready").value(static_cast<uint64_t>(ready)).key("building").value(building).end_object();
+    w.key("pool").begin_object().key("ready").value(static_cast<uint64_t>(ready)).key("building").value(building);
+    w.key("held").value(static_cast<uint64_t>(held)).end_object();
     w.key("open_fds").value(static_cast<uint64_t>(fds));
     w.end_object();
     return w.take();
@@ -436,23 +445,25 @@ oci::Resources Server::limits_for(uint64_t memory_mb, uint64_t pids, double cpus
     return res;
 }
 
-Result<uint64_t> Server::start_embryo(const SandboxKind& kind, uint64_t reserved_for, int fork_source) {
+Result<uint64_t> Server::start_embryo(const SandboxKind& kind, uint64_t reserved_for, int fork_source, bool hold) {
     auto e = std::make_unique<Embryo>();
     e->id = next_id_++;
     e->kind = kind;
     e->run = reserved_for;
-    e->pooled = reserved_for == 0;
+    e->pooled = reserved_for == 0 && !hold;
+    e->held = hold;
     e->fork = fork_source >= 0;
     if (use_cgroups_) {
         e->applied = limits_for(opt_.defaults.memory_mb, opt_.defaults.pids, 0);
         std::string path = embryo_cgroup_path(::getpid(), e->id);
         for (const auto& h : layout_.hierarchies) e->cgroup_dirs.push_back(h.mountpoint + path);
     }
-    std::string m = "B" + std::to_string(e->id) + "\n" + encode_kind(kind);
+    std::string m = (hold ? "H" : "B") + std::to_string(e->id) + "\n" + encode_kind(kind);
     std::vector<int> fds;
     if (fork_source >= 0) fds.push_back(fork_source);
     FB_TRY_CTX(send_with_fds(builder_.get(), m, fds, "sandbox builder"), "ask the sandbox builder");
     if (e->pooled) ++pools_[kind].building;
+    if (e->held) ++held_[kind].building;
     uint64_t id = e->id;
     embryos_[id] = std::move(e);
     return id;
@@ -488,7 +499,7 @@ void Server::on_builder() {
             build_failed(id, rest);
             continue;
         }
-        if ((*m)[0] != 'E' || fds.size() != 2) continue;
+        if ((*m)[0] != 'E' || fds.size() < 2) continue;
         pid_t pid = static_cast<pid_t>(std::strtol(rest.c_str(), nullptr, 10));
         auto it = embryos_.find(id);
         if (it == embryos_.end()) {  // given up on while it was made
@@ -510,6 +521,18 @@ void Server::on_builder() {
         embryo_by_pid_[pid] = id;
         watch(e.control.get(), EPOLLIN, Watch::Control, id);
         watch(e.pidfd.get(), EPOLLIN, Watch::Pidfd, id);
+        if (e.held) {
+            HeldPool& held = held_[e.kind];
+            --held.building;
+            e.state = Embryo::State::Held;
+            if (fds.size() > 2) e.held_lower = std::move(fds[2]);
+            if (static_cast<int>(held.ready.size()) < held.want) {
+                held.ready.push_back(id);
+            } else {  // no longer wanted (the kind's sessions ended meanwhile)
+                e.retired = true;
+                sys::pidfd_send_signal(e.pidfd.get(), SIGKILL);
+            }
+        }
     }
 }
 
@@ -712,8 +735,19 @@ void Server::build_failed(uint64_t embryo_id, const std::string& why) {
             --pool.building;
             if (++pool.failures >= kBuildFailuresBeforePause) pool.retry_at = Clock::now() + std::chrono::seconds(10);
         }
+        if (e.held) {
+            HeldPool& held = held_[e.kind];
+            --held.building;
+            held.retry_at = Clock::now() + kHeldRetry;
+        }
         log::warn("sandbox: could not make a sandbox: " + why);
         pools_[e.kind].last_error = why;
+    } else if (e.state == Embryo::State::Held) {
+        ++failed_builds_;
+        HeldPool& held = held_[e.kind];
+        std::erase(held.ready, e.id);
+        held.retry_at = Clock::now() + kHeldRetry;
+        log::warn("sandbox: a sandbox held for forks failed: " + why);
     } else if (auto p = pools_.find(e.kind); p != pools_.end()) {
         std::erase(p->second.ready, e.id);
     }
@@ -751,7 +785,65 @@ bool Server::refill_one() {
         }
         return true;
     }
+    return refill_held_one();
+}
+
+bool Server::held_wants_refill(Clock::time_point now) const {
+    if (stopping_) return false;
+    for (const auto& [kind, held] : held_)
+        if (static_cast<int>(held.ready.size()) + held.building < held.want && now >= held.retry_at) return true;
     return false;
+}
+
+// One held embryo for a HeldPool below what it wants: after the pools, which serve runs.
+bool Server::refill_held_one() {
+    if (stopping_) return false;
+    auto now = Clock::now();
+    for (auto& [kind, held] : held_) {
+        if (static_cast<int>(held.ready.size()) + held.building >= held.want || now < held.retry_at) continue;
+        if (embryos_.size() >= static_cast<size_t>(opt_.max_live + 4 * opt_.pool_size)) return false;
+        SandboxKind k = kind;
+        if (auto id = start_embryo(k, 0, -1, true); !id) {
+            ++failed_builds_;
+            held.retry_at = now + kHeldRetry;
+            log::warn("sandbox: could not make a sandbox to hold for forks: " + id.error().what());
+        }
+        return true;
+    }
+    return false;
+}
+
+// Held embryos of kinds no session has had for kHeldLinger are killed.
+int Server::retire_unneeded_held() {
+    if (held_.empty()) return -1;
+    auto now = Clock::now();
+    std::set<SandboxKind> live;
+    for (const auto& [id, s] : sessions_) live.insert(s->kind);
+    int next = -1;
+    for (auto it = held_.begin(); it != held_.end();) {
+        HeldPool& held = it->second;
+        if (live.count(it->first)) {
+            held.needed = now;
+            ++it;
+            continue;
+        }
+        if (now < held.needed + kHeldLinger) {
+            int ms = static_cast<int>(ms_between(now, held.needed + kHeldLinger)) + 1;
+            next = next < 0 ? ms : std::min(next, ms);
+            ++it;
+            continue;
+        }
+        for (uint64_t id : held.ready) {
+            auto e = embryos_.find(id);
+            if (e == embryos_.end() || e->second->reaped) continue;
+            e->second->retired = true;
+            sys::pidfd_send_signal(e->second->pidfd.get(), SIGKILL);
+        }
+        held.ready.clear();
+        held.want = 0;
+        it = held.building ? std::next(it) : held_.erase(it);
+    }
+    return next;
 }
 
 // --- runs ---
@@ -1325,9 +1417,11 @@ int Server::run() {
             want_refill |= static_cast<int>(p.ready.size()) + p.building < opt_.pool_size &&
                            (p.failures < kBuildFailuresBeforePause || now >= p.retry_at) &&
                            (p.ready.empty() || now >= quiet_until);
+        want_refill |= now >= quiet_until && held_wants_refill(now);
         // Requests first: embryos are made only when nothing else waits.
         int next_expiry = expire_sessions();
         int idle_wait = next_expiry >= 0 ? std::min(next_expiry, 10000) : 10000;
+        if (int held_look = retire_unneeded_held(); held_look >= 0) idle_wait = std::min(idle_wait, held_look);
         if (now < quiet_until)
             idle_wait = std::min(idle_wait, static_cast<int>(ms_between(now, quiet_until)) + 1);
         int n = ::epoll_wait(epoll_.get(), events, 64, want_refill ? 0 : idle_wait);

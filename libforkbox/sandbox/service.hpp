@@ -83,9 +83,12 @@ struct Embryo {
     SandboxKind kind;
     std::vector<std::string> cgroup_dirs;  // per hierarchy of the service's layout
     oci::Resources applied;  // the limits its cgroups have now
-    enum class State { Building, Ready, Running, Session } state = State::Building;
+    // Held: namespaces made, root not yet (embryo.hpp), kept for a fork's child.
+    enum class State { Building, Held, Ready, Running, Session } state = State::Building;
     uint64_t run = 0;  // reserved for or running this run
     bool pooled = false;  // made for its kind's pool (counted in Pool::building while made)
+    bool held = false;    // made for its kind's HeldPool (counted in its building while made)
+    unique_fd held_lower;  // a held embryo's lower layer, sent with its "M"
     bool fork = false;    // a fork's child: made for its run alone, never another's
     bool copied = false;  // a fork's child said its parent's state is copied ("C")
     std::string failure;  // "F" message
@@ -109,6 +112,20 @@ struct Pool {
     int failures = 0;  // builds failed in a row
     std::string last_error;
     Clock::time_point retry_at{};
+};
+
+// Held embryos of one kind, for forks of its sessions: a fork's child then skips the
+// builder (cgroups, clone, id maps, the lower layer) and its own namespaces, and only
+// copies its parent's state and builds its root. Kept for a kind once one of its sessions
+// has forked, as many as its last fork asked for (at most kHeldMax), while a session of
+// the kind lives and kHeldLinger after.
+inline constexpr int kHeldMax = 8;
+struct HeldPool {
+    std::deque<uint64_t> ready;
+    int building = 0;
+    int want = 0;
+    Clock::time_point needed = Clock::now();  // a session of the kind was live then
+    Clock::time_point retry_at{};             // after a failed build
 };
 
 // A sandbox that lives for many runs and file verbs.
@@ -175,7 +192,7 @@ private:
     std::string info_json();
     size_t live_sandboxes() const;
 
-    Result<uint64_t> start_embryo(const SandboxKind& kind, uint64_t reserved_for, int fork_source = -1);
+    Result<uint64_t> start_embryo(const SandboxKind& kind, uint64_t reserved_for, int fork_source = -1, bool hold = false);
     void on_builder();
     void build_failed(uint64_t embryo_id, const std::string& why);
     void remove_later(const std::vector<std::string>& dirs, unique_fd mount_ns = {});
@@ -185,6 +202,9 @@ private:
     void embryo_ready(Embryo& e);
     void discard_embryo(uint64_t embryo_id);
     bool refill_one();
+    bool refill_held_one();
+    bool held_wants_refill(Clock::time_point now) const;
+    int retire_unneeded_held();  // ms until the next look, -1: none
     Clock::time_point builds_wait_until() const;
 
     void place(Run& r);
@@ -222,6 +242,7 @@ private:
     bool has_freezer() const;
     Result<void> freeze_session(Session& s, bool frozen);  // its cgroup's freezer
     void start_fork_children(ForkJob& job, Session& parent);
+    std::optional<uint64_t> start_held_child(const SandboxKind& kind, uint64_t run_id, int stage);
     void fork_child_copied(uint64_t job_id, uint64_t run_id);
     void fork_child_done(uint64_t job_id, uint64_t run_id, const std::string& session, const std::string& error);
     void resume_fork_parent(ForkJob& job);
@@ -243,6 +264,7 @@ private:
     std::map<uint64_t, std::unique_ptr<Embryo>> embryos_;
     std::map<uint64_t, std::unique_ptr<Run>> runs_;
     std::map<SandboxKind, Pool> pools_;
+    std::map<SandboxKind, HeldPool> held_;
     std::map<pid_t, uint64_t> embryo_by_pid_;
     std::map<std::string, std::unique_ptr<Session>> sessions_;
     std::map<uint64_t, std::string> session_by_embryo_;

@@ -392,10 +392,51 @@ void Server::on_session_stopped(Session& s, char reply) {
     send_final(w.conn, result([&](json::Writer& wr) { wr.key("paused").value(s.paused); }));
 }
 
+// A held embryo of `kind` for a fork's child: told to build its root from a copy of
+// `stage` ("M"), as the builder would have told a new one. None: the builder makes one.
+std::optional<uint64_t> Server::start_held_child(const SandboxKind& kind, uint64_t run_id, int stage) {
+    auto held = held_.find(kind);
+    while (held != held_.end() && !held->second.ready.empty()) {
+        uint64_t id = held->second.ready.front();
+        held->second.ready.pop_front();
+        auto it = embryos_.find(id);
+        if (it == embryos_.end() || it->second->reaped || !it->second->control) continue;
+        Embryo& e = *it->second;
+        std::string m = "M";
+        std::vector<int> fds;
+        if (e.held_lower) {
+            m += "L";
+            fds.push_back(e.held_lower.get());
+        }
+        m += "F";
+        fds.push_back(stage);
+        if (!send_with_fds(e.control.get(), m, fds, "sandbox control")) {
+            e.retired = true;
+            sys::pidfd_send_signal(e.pidfd.get(), SIGKILL);
+            continue;
+        }
+        e.held_lower.reset();
+        e.state = Embryo::State::Building;
+        e.held = false;
+        e.fork = true;
+        e.run = run_id;
+        e.asked = Clock::now();
+        return id;
+    }
+    return std::nullopt;
+}
+
 // The parent is still: `count` children, each made from a copy of its stage.
 void Server::start_fork_children(ForkJob& j, Session& s) {
     j.stopped = true;
     uint64_t job_id = j.id, count = j.count;
+    // Binds are opened when a sandbox is made: a kind with binds is never held.
+    bool holdable = s.kind.mounts.empty() && opt_.pool_size > 0;
+    if (holdable) {
+        HeldPool& held = held_[s.kind];
+        held.want = static_cast<int>(std::clamp<uint64_t>(count, 1, kHeldMax));
+        held.needed = Clock::now();
+    }
     for (uint64_t i = 0; i < count; ++i) {
         RunRequest placeholder;
         placeholder.network = s.kind.network;
@@ -406,6 +447,10 @@ void Server::start_fork_children(ForkJob& j, Session& s) {
         r.parent = s.id;
         r.job = job_id;
         j.children.push_back(r.id);
+        if (auto held = holdable ? start_held_child(s.kind, r.id, s.stage.get()) : std::nullopt) {
+            r.embryo = *held;
+            continue;
+        }
         auto id = start_embryo(s.kind, r.id, s.stage.get());
         if (!id) {
             fail_run(r, ErrorKind::SandboxError, "could not make the sandbox: " + id.error().what());

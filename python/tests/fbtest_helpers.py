@@ -316,8 +316,9 @@ def idle_snapshot(sock: str, daemon_pid: int, like: Optional[Dict[str, Any]] = N
         snap = host_snapshot(raw_info(sock) or {}, daemon_pid)
         info = snap["info"]
         pool = info.get("pool") or {}
+        # Held embryos (kept for forks while a session of their kind lives) go shortly after.
         idle = (info.get("live") == 0 and info.get("sessions", 0) == 0 and pool.get("building", 0) == 0
-                and info.get("exiting", 0) == 0)
+                and pool.get("held", 0) == 0 and info.get("exiting", 0) == 0)
         if idle and like is not None:
             idle = not leak_differences(like, snap)
         elif idle:

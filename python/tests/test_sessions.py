@@ -757,6 +757,50 @@ def test_fork_keeps_the_parents_connections_open(sb):
         k.close()
 
 
+def held_sandboxes(sock: str) -> int:
+    return ((raw_info(sock) or {}).get("pool") or {}).get("held", 0)
+
+
+def test_forks_take_held_sandboxes_which_go_with_the_kinds_last_session(fresh_daemon):
+    """After a fork the daemon holds half-made sandboxes of the kind (namespaces, no root
+    yet) for the next one: their children copy the parent's state like any, and they go
+    once no session of the kind is left, leaving nothing behind."""
+    d = fresh_daemon
+    fb = Forkbox(socket=d.sock, request_timeout_s=CLIENT_TIMEOUT_S)
+    fb.run("true")
+    before = idle_snapshot(d.sock, d.pid)
+    mounts_before = mount_points()
+    assert held_sandboxes(d.sock) == 0
+    s = fb.create(ttl_s=600)
+    try:
+        s.write_file("/work/data", b"v1")
+        for k in s.fork(3):
+            k.close()
+        assert wait_for(lambda: held_sandboxes(d.sock) == 3), raw_info(d.sock)
+        s.write_file("/work/data", b"v2")
+        kids = s.fork(3)
+        try:
+            for i, k in enumerate(kids):
+                assert k.read_file("/work/data") == b"v2" and k.parent == s.id
+                k.write_file("/work/data", f"kid {i}".encode())
+            assert [k.read_file("/work/data") for k in kids] == [b"kid 0", b"kid 1", b"kid 2"]
+            assert kids[0].run("id -u; hostname; ip -o link | wc -l").stdout == "0\nsandbox\n1\n"
+            assert s.read_file("/work/data") == b"v2"
+        finally:
+            for k in kids:
+                k.close()
+        # Refilled while a session of the kind lives.
+        assert wait_for(lambda: held_sandboxes(d.sock) == 3), raw_info(d.sock)
+    finally:
+        s.close()
+    assert wait_for(lambda: held_sandboxes(d.sock) == 0, timeout=20), raw_info(d.sock)
+    after = idle_snapshot(d.sock, d.pid, like=before)
+    diff = leak_differences(before, after)
+    assert not diff, f"{diff}\nbefore: {json.dumps(before['info'], sort_keys=True)}\n" \
+                     f"after:  {json.dumps(after['info'], sort_keys=True)}"
+    assert mount_points() - mounts_before == set()
+
+
 def test_fork_count_is_checked(sb):
     for bad in (0, 17, -1, True, 1.0):
         with pytest.raises(InvalidRequest):
