@@ -1113,6 +1113,15 @@ failing_hook_leaves_nothing() {
 	assert_output ""
 }
 
+@test "a runtime allowed one CPU makes the network namespace with the clone, its loopback up" {
+	# With two CPUs or more it is made ahead on a thread of its own (NetworkNamespaceAhead).
+	command -v taskset >/dev/null || skip "taskset missing"
+	set_args /bin/fbhelper read /sys/class/net/lo/flags
+	run --separate-stderr taskset -c 0 "$FORKBOX" --root "$ROOT" run --bundle "$BUNDLE" "$CID"
+	assert_success
+	(( ($output & 0x9) == 0x9 )) || fail "lo flags $output"
+}
+
 @test "a hook that does not read its stdin does not kill the runtime (SIGPIPE)" {
 	# More state than a pipe holds: the write to the hook's stdin meets EPIPE for sure.
 	update_config '.annotations.big = ("x" * 200000) | .hooks.poststop = [{"path": "/bin/true"}]

@@ -1,11 +1,11 @@
 // Linux namespaces: joining by path (type-checked), id mappings, time offsets, hostname.
 #pragma once
 
+#include <pthread.h>
 #include <sys/types.h>
 
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "libforkbox/base/error.hpp"
@@ -77,8 +77,12 @@ public:
     Result<std::optional<OpenNamespace>> take();
 
 private:
-    Result<unique_fd> made_ = unique_fd();  // before the thread, which sets it; empty: none made
-    std::thread thread_;
+    static void* make(void* self);
+    void join();
+
+    Result<unique_fd> made_ = unique_fd();  // set by the thread; empty: none made
+    pthread_t thread_{};
+    bool started_ = false;
 };
 
 // Text of an id map file: "0 100000 65536\n" per mapping (pure).
