@@ -174,6 +174,9 @@ void thaw_if_frozen(const ContainerState& s) {
 // paused container so the killed tasks can die; waits.
 void kill_and_wait(const ContainerState& s) {
     auto pidfd = open_pidfd(s.pid, s.pid_start_time);
+    // Init reaped, in a pid namespace of its own: so is every process of the container,
+    // frozen or not (the kernel lets a namespace's init go last). Nothing to kill or thaw.
+    if (!pidfd && pidfd.error().errnum() == ESRCH && s.own_pid_namespace) return;
     if (pidfd) sys::pidfd_send_signal(pidfd->get(), SIGKILL);
     if (!s.own_pid_namespace) signal_all(s, SIGKILL);
     thaw_if_frozen(s);
