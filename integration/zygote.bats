@@ -327,6 +327,28 @@ spares_of() {
 	done
 }
 
+@test "zygote: on a host without the containers' cgroup parent, the daemon makes it and its first templates carry spares" {
+	[[ -f /sys/fs/cgroup/cpu/cgroup.procs ]] || skip "no cgroup v1 cpu hierarchy on this host"
+	local parent=fbt-zparent-$$-$BATS_TEST_NUMBER h
+	[[ ! -e /sys/fs/cgroup/cpu/$parent ]] || fail "$parent exists already"
+	update_config '.linux.cgroupsPath = $p' --arg p "/$parent/$CID"
+	start_daemon --pool 2 --warm "$BUNDLE"
+	wait_full
+	run compgen -G "/sys/fs/cgroup/cpu/$parent/.zygote-$DAEMON_PID-*"
+	assert_success
+	# Its cpuset is filled, as a cold create fills the parents it makes.
+	assert_equal "$(cat /sys/fs/cgroup/cpuset/$parent/cpuset.cpus)" "$(cat /sys/fs/cgroup/cpuset/cpuset.cpus)"
+	zrun create --bundle "$BUNDLE" "$CID" </dev/null >/dev/null 2>&1 3>&- 4>&-
+	assert_equal "$(stat_of served)" 1
+	grep -qx "$(container_pid "$CID")" "/sys/fs/cgroup/memory/$parent/$CID/tasks" || fail "init is not in its memory cgroup"
+	runtime delete --force "$CID"
+	stop_daemon
+	# What the daemon made goes with it.
+	for h in cpu memory cpuset pids; do
+		[[ ! -e /sys/fs/cgroup/$h/$parent ]] || { rmdir "/sys/fs/cgroup/$h/$parent"/* "/sys/fs/cgroup/$h/$parent" 2>/dev/null; fail "$h/$parent outlived the daemon"; }
+	done
+}
+
 @test "zygote: a warm container without device rules gets the deny-all and the default devices, as a cold one" {
 	[[ -f /sys/fs/cgroup/devices/devices.list ]] || skip "no cgroup v1 devices hierarchy on this host"
 	update_config 'del(.linux.resources.devices)'

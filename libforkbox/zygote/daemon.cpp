@@ -28,6 +28,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "libforkbox/base/fd.hpp"
 #include "libforkbox/base/files.hpp"
@@ -455,6 +456,7 @@ private:
     Result<void> listen_socket();
     int refill();
     void start_builder(const PoolKey& key);
+    void ensure_cgroup_parent(const std::string& parent);
     void remove_stale_spares();
     void finish_builder();
     void stop_builder();
@@ -478,6 +480,8 @@ private:
     Clock::time_point last_request_{};
     CgroupLayout cgroups_;  // the v1 hierarchies hold spare cgroups
     long spare_sequence_ = 0;
+    std::set<std::string> parents_checked_;  // containers' cgroup parents, made if missing
+    std::vector<std::string> parents_made_;  // by us: removed when we stop, if empty
     // The sandbox service: its process, and the socket its connections go over.
     unique_fd sandbox_handoff_;
     pid_t sandbox_pid_ = -1;
@@ -595,6 +599,7 @@ void Daemon::start_builder(const PoolKey& key) {
     if (!key.cgroup_parent.empty()) {
         name = spare_name(::getpid(), ++spare_sequence_);
         std::string parent = key.cgroup_parent == "/" ? "" : key.cgroup_parent;
+        ensure_cgroup_parent(parent);
         for (const auto& h : cgroups_.hierarchies) {
             if (h.unified) continue;  // cgroup v2 cannot rename
             dirs.push_back(h.mountpoint + parent + "/" + name);
@@ -608,6 +613,31 @@ void Daemon::start_builder(const PoolKey& key) {
     }
     pending_.push_back(PendingBuild{key, SpareCgroup(name, std::move(dirs))});
     ++pools_[key].building;
+}
+
+// A spare is made under the containers' cgroup parent: on a host where no container has
+// made that parent yet, so do we (as a cold create would, cpusets filled), or every
+// template until then would carry none.
+void Daemon::ensure_cgroup_parent(const std::string& parent) {
+    if (parent.empty() || !parents_checked_.insert(parent).second) return;
+    for (const auto& h : cgroups_.hierarchies) {
+        if (h.unified) continue;
+        bool cpuset = hierarchy_has(h, "cpuset");
+        std::string dir = h.mountpoint;
+        for (size_t i = 1; i < parent.size();) {
+            size_t j = std::min(parent.find('/', i), parent.size());
+            dir.append("/").append(parent, i, j - i);
+            i = j + 1;
+            if (::mkdir(dir.c_str(), 0755) == 0) {
+                parents_made_.push_back(dir);
+                if (cpuset) (void)inherit_cpuset(dir);
+            } else if (errno == EEXIST) {
+                if (cpuset) (void)inherit_cpuset(dir, true);
+            } else {
+                break;  // not ours to make (a user's daemon): its templates carry no spare here
+            }
+        }
+    }
 }
 
 // Forgets the builder and what it was asked (its spare cgroups go); the next refill starts
@@ -907,6 +937,8 @@ Result<void> Daemon::run() {
     int status;
     while (::waitpid(-1, &status, 0) > 0) {
     }
+    // Deepest first; one a container lives in stays (EBUSY), as a cold create's would.
+    for (auto it = parents_made_.rbegin(); it != parents_made_.rend(); ++it) ::rmdir(it->c_str());
     return {};
 }
 
