@@ -1418,6 +1418,9 @@ int Server::run() {
                            (p.failures < kBuildFailuresBeforePause || now >= p.retry_at) &&
                            (p.ready.empty() || now >= quiet_until);
         want_refill |= now >= quiet_until && held_wants_refill(now);
+        // A fork's children build themselves on every CPU until it is answered: a refill
+        // then would only slow it down.
+        if (!forks_.empty()) want_refill = false;
         // Requests first: embryos are made only when nothing else waits.
         int next_expiry = expire_sessions();
         int idle_wait = next_expiry >= 0 ? std::min(next_expiry, 10000) : 10000;
