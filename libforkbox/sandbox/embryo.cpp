@@ -73,6 +73,13 @@ private:
     ::_exit(1);
 }
 
+Result<void> set_batch_scheduling(bool batch) {
+    sched_param none{};
+    if (::sched_setscheduler(0, batch ? SCHED_BATCH : SCHED_OTHER, &none) < 0)
+        return sys_error(batch ? "SCHED_BATCH" : "SCHED_OTHER");
+    return {};
+}
+
 Result<void> check(bool ok, std::string what) {
     if (!ok) return sys_error(std::move(what));
     return {};
@@ -299,6 +306,8 @@ Result<void> build(const EmbryoSetup& s, int lower_tree, int fork_source) {
     FB_TRY(drop_bounding_set(caps.bounding));
     FB_TRY(apply_capabilities(caps));
     FB_TRY(check(::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "no_new_privs"));
+    // Made, as SCHED_BATCH (embryo_main): what runs in the sandbox from now on is ordinary.
+    FB_TRY(set_batch_scheduling(false));
     FB_TRY(load_seccomp(*s.seccomp));
     return {};
 }
@@ -903,6 +912,10 @@ void embryo_main(const EmbryoSetup& s) {
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     reset_signal_dispositions();
+    // Built in the background, never by preempting whoever woke us: the service sending a
+    // held embryo its "M" (a fork of 8 sent its children one per preemption), a command
+    // a pool refill would otherwise interrupt. A SCHED_BATCH wakee does not preempt.
+    if (auto batch = set_batch_scheduling(true); !batch) die(control, batch.error().what());
     struct sigaction deadline {};
     deadline.sa_handler = kill_the_sandbox;
     deadline.sa_flags = SA_RESTART;
