@@ -162,6 +162,7 @@ struct ForkJob {
     std::set<uint64_t> copied;  // children (their runs) that copied, or failed before
     uint64_t failed = 0;
     bool stopped = false, resumed = false, was_paused = false;
+    bool still_already = false;  // nothing but the parent's init lived: not frozen nor stopped
     std::string error;
     Clock::time_point asked = Clock::now();
 };
@@ -240,6 +241,7 @@ private:
     void start_fork(unique_fd conn, Session& parent, uint64_t count);
     void on_session_stopped(Session& s, char reply);
     bool has_freezer() const;
+    bool only_init_lives(const Session& s) const;
     Result<void> freeze_session(Session& s, bool frozen);  // its cgroup's freezer
     void start_fork_children(ForkJob& job, Session& parent);
     std::optional<uint64_t> start_held_child(const SandboxKind& kind, uint64_t run_id, int stage);

@@ -461,6 +461,16 @@ void Server::start_fork_children(ForkJob& j, Session& s) {
     }
 }
 
+// No run in flight, and its cgroup holds one process: its init (a background process of
+// an earlier run, or a warm Python, would be another).
+bool Server::only_init_lives(const Session& s) const {
+    if (!s.runs.empty() || !use_cgroups_) return false;
+    auto e = embryos_.find(s.embryo);
+    if (e == embryos_.end()) return false;
+    std::string dir = first_cgroup_dir(e->second->cgroup_dirs);
+    return !dir.empty() && cgroup_pids(dir).size() == 1;
+}
+
 bool Server::has_freezer() const {
     // A v1 freezer hierarchy, or v2's cgroup.freeze (the layout holds a v2 hierarchy only
     // on a pure v2 host).
@@ -499,9 +509,13 @@ void Server::start_fork(unique_fd conn, Session& parent, uint64_t count) {
     uint64_t id = made->id;
     forks_[id] = std::move(made);
     // Held still first (unless paused already), so that the children copy a still state:
-    // its cgroup frozen, or each process stopped by its init (SIGSTOP).
+    // its cgroup frozen, or each process stopped by its init (SIGSTOP). A sandbox with no
+    // process but its init, which starts one only when told, is still already.
     ForkJob& job = *forks_.at(id);
     if (parent.paused) {
+        start_fork_children(job, parent);
+    } else if (only_init_lives(parent)) {
+        job.still_already = true;
         start_fork_children(job, parent);
     } else if (has_freezer()) {
         if (auto frozen = freeze_session(parent, true); !frozen) {
@@ -527,7 +541,7 @@ void Server::fork_child_copied(uint64_t job_id, uint64_t run_id) {
 void Server::resume_fork_parent(ForkJob& job) {
     if (job.resumed) return;
     job.resumed = true;
-    if (job.was_paused) return;
+    if (job.was_paused || job.still_already) return;
     auto s = sessions_.find(job.parent);
     if (s == sessions_.end()) return;
     if (s->second->frozen) {
