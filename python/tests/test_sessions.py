@@ -801,6 +801,21 @@ def test_forks_take_held_sandboxes_which_go_with_the_kinds_last_session(fresh_da
     assert mount_points() - mounts_before == set()
 
 
+def test_commands_run_with_the_ordinary_scheduling_policy(fb, sb):
+    """Sandboxes are built as SCHED_BATCH (a build never preempts a command): nothing that
+    runs in one keeps it, one-shot, in a session, in a fork's child, or in a warm Python."""
+    policy = "python3 -c 'import os; print(os.sched_getscheduler(0))'"
+    assert fb.run(policy).stdout == f"{os.SCHED_OTHER}\n"
+    assert sb.run(policy).stdout == f"{os.SCHED_OTHER}\n"
+    (child,) = sb.fork()
+    try:
+        assert child.run(policy).stdout == f"{os.SCHED_OTHER}\n"
+    finally:
+        child.close()
+    assert fb.run_python("import os; print(os.sched_getscheduler(0))").stdout == f"{os.SCHED_OTHER}\n"
+    assert sb.run_python("import os; print(os.sched_getscheduler(0))").stdout == f"{os.SCHED_OTHER}\n"
+
+
 def test_fork_count_is_checked(sb):
     for bad in (0, 17, -1, True, 1.0):
         with pytest.raises(InvalidRequest):
