@@ -229,6 +229,34 @@ Result<std::vector<std::string>> own_cgroup_dirs(const CgroupLayout& layout) {
     return cgroup_dirs_of_process(layout, text);
 }
 
+Result<std::optional<std::string>> make_cgroup_path(const std::string& mountpoint, std::string_view path, bool cpuset,
+                                                    std::vector<std::string>& made, bool refusal_stops) {
+    std::string dir = mountpoint;
+    size_t i = 1;
+    while (i <= path.size()) {
+        size_t j = path.find('/', i);
+        if (j == std::string_view::npos) j = path.size();
+        if (j > i) {
+            dir += "/";
+            dir.append(path, i, j - i);
+            if (::mkdir(dir.c_str(), 0755) == 0) {
+                made.push_back(dir);
+                if (cpuset) FB_TRY(inherit_cpuset(dir));
+            } else if (refusal_stops && (errno == EACCES || errno == EPERM || errno == EROFS)) {
+                return std::nullopt;
+            } else if (errno != EEXIST) {
+                return sys_error("create cgroup " + dir);
+            } else if (cpuset) {
+                // A parent someone else made (a pod's) may have been left empty: a task
+                // cannot join a cpuset without cpus and mems (ENOSPC), so fill it as runc does.
+                FB_TRY(inherit_cpuset(dir, true));
+            }
+        }
+        i = j + 1;
+    }
+    return dir;
+}
+
 Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::string& path,
                                        const std::string& spare, const std::vector<bool>& skippable,
                                        const std::vector<bool>& made_by_manager) {
@@ -247,11 +275,9 @@ Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::st
         const CgroupHierarchy& h = layout.hierarchies[index];
         bool is_cpuset = hierarchy_has(h, "cpuset");
         bool may_skip = index < skippable.size() && skippable[index];
-        bool hole = false;
-        std::string dir = h.mountpoint;
         p.by_manager_.push_back(index < made_by_manager.size() && made_by_manager[index]);
         if (p.by_manager_.back()) {
-            p.dirs_.push_back(dir + (path == "/" ? "" : path));
+            p.dirs_.push_back(h.mountpoint + (path == "/" ? "" : path));
             continue;
         }
         if (!spare.empty() && !h.unified) {
@@ -266,33 +292,12 @@ Result<CgroupPlacement> create_cgroups(const CgroupLayout& layout, const std::st
             unused_spares.push_back(spare_dir);
             p.spare_taken_everywhere_ = false;
         }
-        size_t i = 1;
-        while (i <= path.size()) {
-            size_t j = path.find('/', i);
-            if (j == std::string::npos) j = path.size();
-            if (j > i) {
-                dir += "/";
-                dir.append(path, i, j - i);
-                if (::mkdir(dir.c_str(), 0755) == 0) {
-                    p.created_.push_back(dir);
-                    if (is_cpuset) FB_TRY(inherit_cpuset(dir));
-                } else if (may_skip && (errno == EACCES || errno == EPERM || errno == EROFS)) {
-                    hole = true;
-                    break;
-                } else if (errno != EEXIST) {
-                    return sys_error("create cgroup " + dir);
-                } else if (is_cpuset) {
-                    // A parent someone else made (a pod's) may have been left empty: a task
-                    // cannot join a cpuset without cpus and mems (ENOSPC), so fill it as runc does.
-                    FB_TRY(inherit_cpuset(dir, true));
-                }
-            }
-            i = j + 1;
-        }
-        if (hole) {
+        FB_ASSIGN(auto made, make_cgroup_path(h.mountpoint, path, is_cpuset, p.created_, may_skip));
+        if (!made) {  // refused, in a hierarchy the user was not given
             p.dirs_.emplace_back();
             continue;
         }
+        std::string dir = std::move(*made);
         p.dirs_.push_back(dir);
         if (h.unified) {
             p.unified_fd_.reset(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));

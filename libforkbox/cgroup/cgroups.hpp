@@ -126,6 +126,13 @@ PlannedCgroups planned_cgroups(const CgroupLayout& layout, const std::string& pa
 // cgroup parent `parent`, zygote::cgroup_parent): removed from every v1 hierarchy.
 void remove_spare_cgroups(const CgroupLayout& layout, const std::string& parent, const std::string& spare);
 
+// Makes each missing directory of `path` (a cgroup path, "/a/b") under `mountpoint`, a
+// cpuset's filled from its parent (so is an existing one left empty), and appends what it
+// made to `made`; returns the leaf. With refusal_stops, a mkdir refused (EACCES, EPERM,
+// EROFS: a hierarchy the user was not given) ends it with none.
+Result<std::optional<std::string>> make_cgroup_path(const std::string& mountpoint, std::string_view path, bool cpuset,
+                                                    std::vector<std::string>& made, bool refusal_stops);
+
 // A new v1 cpuset cgroup starts with no cpus and no memory nodes: copies its parent's
 // (with only_if_empty, only those files of dir that are empty).
 Result<void> inherit_cpuset(const std::string& dir, bool only_if_empty = false);

@@ -529,8 +529,7 @@ void Server::on_builder() {
             if (static_cast<int>(held.ready.size()) < held.want) {
                 held.ready.push_back(id);
             } else {  // no longer wanted (the kind's sessions ended meanwhile)
-                e.retired = true;
-                sys::pidfd_send_signal(e.pidfd.get(), SIGKILL);
+                e.retire();
             }
         }
     }
@@ -618,8 +617,7 @@ void Server::embryo_ready(Embryo& e) {
         e.run = 0;  // its client left, or another embryo served it
     }
     if (e.fork) {  // a copy of one sandbox's state is for its own request alone
-        e.retired = true;
-        sys::pidfd_send_signal(e.pidfd.get(), SIGKILL);
+        e.retire();
         return;
     }
     // A request of this kind waiting for the embryo made for it takes this one; that one
@@ -635,10 +633,8 @@ void Server::embryo_ready(Embryo& e) {
         pool.ready.push_back(e.id);
         return;
     }
-    // Binds are one request's; a pool never holds more than it was told to. Reaped when its
-    // pidfd says so, not waited for here.
-    e.retired = true;
-    sys::pidfd_send_signal(e.pidfd.get(), SIGKILL);
+    // Binds are one request's; a pool never holds more than it was told to.
+    e.retire();
 }
 
 void Server::discard_embryo(uint64_t embryo_id) {
@@ -817,12 +813,10 @@ bool Server::refill_held_one() {
 int Server::retire_unneeded_held() {
     if (held_.empty()) return -1;
     auto now = Clock::now();
-    std::set<SandboxKind> live;
-    for (const auto& [id, s] : sessions_) live.insert(s->kind);
     int next = -1;
     for (auto it = held_.begin(); it != held_.end();) {
         HeldPool& held = it->second;
-        if (live.count(it->first)) {
+        if (std::any_of(sessions_.begin(), sessions_.end(), [&](const auto& s) { return s.second->kind == it->first; })) {
             held.needed = now;
             ++it;
             continue;
@@ -835,9 +829,7 @@ int Server::retire_unneeded_held() {
         }
         for (uint64_t id : held.ready) {
             auto e = embryos_.find(id);
-            if (e == embryos_.end() || e->second->reaped) continue;
-            e->second->retired = true;
-            sys::pidfd_send_signal(e->second->pidfd.get(), SIGKILL);
+            if (e != embryos_.end() && !e->second->reaped) e->second->retire();
         }
         held.ready.clear();
         held.want = 0;

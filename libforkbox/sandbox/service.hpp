@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "libforkbox/base/fd.hpp"
+#include "libforkbox/base/syscalls.hpp"
 #include "libforkbox/base/unix_socket.hpp"
 #include "libforkbox/cgroup/cgroups.hpp"
 #include "libforkbox/sandbox/profile.hpp"
@@ -104,6 +105,12 @@ struct Embryo {
     Clock::time_point asked = Clock::now();
     bool reaped = false;
     bool retired = false;  // killed unused (a pool already full): its exit is no failure
+
+    // Killed unused; reaped when its pidfd says so.
+    void retire() {
+        retired = true;
+        sys::pidfd_send_signal(pidfd.get(), SIGKILL);
+    }
 };
 
 struct Pool {

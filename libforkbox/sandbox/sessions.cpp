@@ -411,8 +411,7 @@ std::optional<uint64_t> Server::start_held_child(const SandboxKind& kind, uint64
         m += "F";
         fds.push_back(stage);
         if (!send_with_fds(e.control.get(), m, fds, "sandbox control")) {
-            e.retired = true;
-            sys::pidfd_send_signal(e.pidfd.get(), SIGKILL);
+            e.retire();
             continue;
         }
         e.held_lower.reset();

@@ -620,24 +620,9 @@ void Daemon::start_builder(const PoolKey& key) {
 // template until then would carry none.
 void Daemon::ensure_cgroup_parent(const std::string& parent) {
     if (parent.empty() || !parents_checked_.insert(parent).second) return;
-    for (const auto& h : cgroups_.hierarchies) {
-        if (h.unified) continue;
-        bool cpuset = hierarchy_has(h, "cpuset");
-        std::string dir = h.mountpoint;
-        for (size_t i = 1; i < parent.size();) {
-            size_t j = std::min(parent.find('/', i), parent.size());
-            dir.append("/").append(parent, i, j - i);
-            i = j + 1;
-            if (::mkdir(dir.c_str(), 0755) == 0) {
-                parents_made_.push_back(dir);
-                if (cpuset) (void)inherit_cpuset(dir);
-            } else if (errno == EEXIST) {
-                if (cpuset) (void)inherit_cpuset(dir, true);
-            } else {
-                break;  // not ours to make (a user's daemon): its templates carry no spare here
-            }
-        }
-    }
+    // One not ours to make (a user's daemon) is not made: its templates carry no spare there.
+    for (const auto& h : cgroups_.hierarchies)
+        if (!h.unified) (void)make_cgroup_path(h.mountpoint, parent, hierarchy_has(h, "cpuset"), parents_made_, true);
 }
 
 // Forgets the builder and what it was asked (its spare cgroups go); the next refill starts
