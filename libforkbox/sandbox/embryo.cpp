@@ -660,6 +660,23 @@ void stop_everyone() {
     }
 }
 
+// Whether a process of this sandbox is gone or about to: reaped, a zombie, or SIGKILL pending.
+bool python_is_going(pid_t pid) {
+    auto status = read_file("/proc/" + std::to_string(pid) + "/status");
+    if (!status) return true;
+    for (std::string_view key : {"State:\t", "SigPnd:\t", "ShdPnd:\t"}) {
+        size_t at = status->find(key);
+        if (at == std::string::npos) continue;
+        std::string_view value = std::string_view(*status).substr(at + key.size());
+        if (key[1] == 't') {
+            if (value.starts_with('Z') || value.starts_with('X')) return true;
+        } else if (std::strtoull(std::string(value.substr(0, 16)).c_str(), nullptr, 16) & (1ULL << (SIGKILL - 1))) {
+            return true;
+        }
+    }
+    return false;
+}
+
 // A session's init: each run ("G") and file verb ("O") is a new process group of its own
 // beside the others; their ends are reported by id ("w", "x"), and the daemon kills one by
 // id ("K"). The sandbox ends when the daemon kills this process.
@@ -692,6 +709,26 @@ void stop_everyone() {
                                std::to_string(before >= 0 && now >= 0 ? now - before : 0));
         used_at_start.erase(id);
         groups.erase(id);
+    };
+    // A warm Python that died (or was killed): the next run starts another. Its runs still
+    // alive are this process's children now (it is the namespace's reaper): reaped as
+    // leaders; the others ended with it.
+    auto python_gone = [&](std::map<std::vector<std::string>, WarmPython>::iterator it) {
+        pid_t zygote = it->second.pid;
+        std::vector<uint64_t> orphaned;
+        for (auto& [id, z] : python_runs)
+            if (z == zygote) orphaned.push_back(id);
+        for (uint64_t id : orphaned) {
+            auto g = groups.find(id);
+            if (g != groups.end() && ::kill(g->second, 0) == 0) {
+                leaders[g->second] = id;
+                python_runs.erase(id);
+            } else {
+                ended(id, std::to_string(SIGKILL) + " 0 0 0");
+            }
+        }
+        ::kill(zygote, SIGKILL);
+        return pythons.erase(it);
     };
     std::string buf(kReleaseBufferBytes, '\0');
     for (;;) {
@@ -728,24 +765,7 @@ void stop_everyone() {
                 continue;
             }
             if (n <= 0) {
-                // It died, and the next run starts another. Its runs still alive are this
-                // process's children now (it is the namespace's reaper): reaped as leaders;
-                // the others ended with it.
-                pid_t zygote = it->second.pid;
-                std::vector<uint64_t> orphaned;
-                for (auto& [id, z] : python_runs)
-                    if (z == zygote) orphaned.push_back(id);
-                for (uint64_t id : orphaned) {
-                    auto g = groups.find(id);
-                    if (g != groups.end() && ::kill(g->second, 0) == 0) {
-                        leaders[g->second] = id;
-                        python_runs.erase(id);
-                    } else {
-                        ended(id, std::to_string(SIGKILL) + " 0 0 0");
-                    }
-                }
-                ::kill(zygote, SIGKILL);
-                it = pythons.erase(it);
+                it = python_gone(it);
                 continue;
             }
             msg[n] = '\0';
@@ -803,6 +823,12 @@ void stop_everyone() {
             }
             if (release->warm_python) {
                 auto py = pythons.find(release->preload);
+                // Killed a moment ago (by a run of this sandbox, say) but not yet seen to go:
+                // not given this run, which it would never start.
+                if (py != pythons.end() && python_is_going(py->second.pid)) {
+                    python_gone(py);
+                    py = pythons.end();
+                }
                 if (py == pythons.end()) {
                     auto started = start_python(kPythonZygote, release->preload, true);
                     if (!started) {
