@@ -257,11 +257,16 @@ sd_boot() {
 sd_exec() {
 	[[ -n ${SD_PID:-} ]] || { echo "sd_exec: no fixture" >&2; return 1; }
 	(
-		local dir
+		local dir try
 		IFS=: read -r -a dirs <<<"$SD_CGROUP_DIRS"
 		for dir in "${dirs[@]}"; do
-			_sd_make_cgroup "$dir/fbx-caller" && echo "$BASHPID" >"$dir/fbx-caller/cgroup.procs" ||
-				{ echo "sd_exec: cannot join $dir/fbx-caller" >&2; exit 1; }
+			# systemd may trim the empty cgroup between the mkdir and the join: make it again.
+			for ((try = 0; ; try++)); do
+				_sd_make_cgroup "$dir/fbx-caller" &&
+					echo "$BASHPID" 2>/dev/null >"$dir/fbx-caller/cgroup.procs" && break
+				((try < 20)) || { echo "sd_exec: cannot join $dir/fbx-caller" >&2; exit 1; }
+				sleep 0.01
+			done
 		done
 		exec nsenter -t "$SD_PID" -a "$@"
 	)
