@@ -67,6 +67,7 @@ struct Run {
     std::deque<std::string> outbox;  // frames the client's socket did not take yet
     unique_fd timer;
     Clock::time_point released{}, ended{};
+    Clock::time_point deadline{};  // released + timeout_ms, when there is one
     bool started = false, exited = false, timed_out = false, client_gone = false, replied = false;
     int status = 0;
     rusage usage{};
@@ -225,6 +226,8 @@ private:
     void on_stdin_writable(Run& r);
     void on_client(Run& r, uint32_t events);
     void on_timer(Run& r);
+    void on_deadline(Run& r);
+    int poll_near_deadlines();  // the epoll timeout while a deadline is near: 0, else -1
     void send_frame(Run& r, std::string frame);
     void flush_outbox(Run& r);
     void kill_sandbox(Run& r, int signal = SIGKILL);
@@ -280,6 +283,7 @@ private:
     std::map<std::string, std::string> ended_;  // recently ended sessions: why (bounded)
     std::deque<std::string> ended_order_;
     std::map<uint64_t, std::unique_ptr<ForkJob>> forks_;
+    std::set<uint64_t> near_deadline_;  // runs whose timer fired kDeadlineLead early
     uint64_t next_id_ = 1;
     uint64_t served_ = 0, failed_builds_ = 0, built_ = 0;
     double build_ms_total_ = 0, build_cpu_ms_total_ = 0;  // asked -> ready; the embryos' own CPU

@@ -259,6 +259,21 @@ def test_watchdog_kills_every_process(fb):
     assert not left, f"processes left after the result: {left}"
 
 
+def test_watchdog_is_never_early(fb):
+    # The daemon wakes a little before each deadline and waits for it awake: the kill comes
+    # at the deadline, never before it, and a command that ends first is not touched.
+    for timeout_ms in (1, 20, 150):
+        r = fb.run("while :; do :; done", timeout_ms=timeout_ms)
+        assert r.timed_out and r.exit_code == 124, r
+        assert r.duration_ms >= timeout_ms, r
+    r = fb.run("sleep 0.05", timeout_ms=200)
+    assert r.ok and not r.timed_out, r
+    with fb.create(timeout_ms=60_000) as sb:
+        r = sb.run("while :; do :; done", timeout_ms=100)
+        assert r.timed_out and r.exit_code == 124 and r.duration_ms >= 100, r
+        assert sb.run("echo alive").stdout == "alive\n"
+
+
 def test_client_disconnect_kills_the_sandbox(daemon):
     marker, number = unique(), str(random.randrange(10**8, 10**9))
     req = {"argv": ["/bin/sh", "-c", f"echo started; sleep 1000.{number}; : {marker}"]}
