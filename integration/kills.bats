@@ -121,6 +121,28 @@ kill_at_each() {
 	assert_clean "delete"
 }
 
+@test "kills: a hook running when its create is SIGKILLed dies with it" {
+	local number=$RANDOM$RANDOM hook create_pid
+	update_config '.hooks.createRuntime = [{"path": "/bin/sh", "args": ["sh", "-c", "echo $$ > '"$BATS_TEST_TMPDIR"'/hook.pid; exec sleep 1000.'"$number"'"]}]'
+	"$FORKBOX" --root "$ROOT" create --bundle "$BUNDLE" "$CID" </dev/null >/dev/null 2>&1 3>&- 4>&- &
+	create_pid=$!
+	for ((i = 0; i < 200; i++)); do
+		[[ -s $BATS_TEST_TMPDIR/hook.pid ]] && pgrep -f "sleep 1000.$number" >/dev/null && break
+		sleep 0.05
+	done
+	hook=$(cat "$BATS_TEST_TMPDIR/hook.pid") || fail "the hook did not start"
+	kill -KILL "$create_pid"
+	wait "$create_pid" 2>/dev/null || true
+	if ! kl_wait_gone 5 "$hook" >/dev/null; then
+		local left
+		left=$(ps -o pid,ppid,args -p "$hook")
+		kill -KILL "$hook"
+		fail "the hook outlived its create: $left"
+	fi
+	runtime delete --force "$CID" || true
+	assert_clean "a create killed while its hook ran, and delete --force"
+}
+
 @test "kills: delete --force of a half-made container kills what runs in the cgroups it named" {
 	[[ -d /sys/fs/cgroup/memory ]] || skip "no cgroup v1 memory hierarchy"
 	kl_kill_create_at "$CID" "create: cgroups made" --bundle "$BUNDLE" || fail "no stop"

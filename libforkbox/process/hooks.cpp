@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,7 +22,10 @@ int64_t now_ms() {
     return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-[[noreturn]] void exec_hook(const oci::Hook& hook, int stdin_fd, int out_fd, const std::string& cwd) {
+[[noreturn]] void exec_hook(const oci::Hook& hook, int stdin_fd, int out_fd, const std::string& cwd, pid_t runtime) {
+    // A runtime killed while its hook runs takes the hook with it (a manager's SIGKILL of a
+    // create must not leave the hook running); a runtime already gone: the hook is not run.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || ::getppid() != runtime) _exit(127);
     if (!cwd.empty() && ::chdir(cwd.c_str()) < 0) {
         dprintf(out_fd, "chdir %s: %s", cwd.c_str(), strerror(errno));
         _exit(127);
@@ -54,9 +58,10 @@ Result<void> run_hook(const oci::Hook& hook, std::string_view state_json, const 
     unique_fd out_r(out[0]), out_w(out[1]);
 
     int pidfd = -1;
+    pid_t runtime = ::getpid();
     pid_t pid = sys::clone3_fork(0, -1, &pidfd);
     if (pid < 0) return sys_error("fork hook " + hook.path);
-    if (pid == 0) exec_hook(hook, in_r.get(), out_w.get(), cwd);
+    if (pid == 0) exec_hook(hook, in_r.get(), out_w.get(), cwd, runtime);
     unique_fd pfd(pidfd);
     ChildGuard guard(pid);
     in_r.reset();
