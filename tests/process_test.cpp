@@ -1,4 +1,7 @@
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -6,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "libforkbox/base/syscalls.hpp"
 #include "libforkbox/process/caps.hpp"
 #include "libforkbox/process/namespaces.hpp"
+#include "libforkbox/process/pidfd.hpp"
 #include "libforkbox/process/process.hpp"
 
 using namespace forkbox;
@@ -170,4 +175,26 @@ TEST(IdMapWriter, AnyOtherMapOfAUserNeedsTheToolsNamedInTheError) {
     ::setenv("PATH", path.c_str(), 1);
     ASSERT_FALSE(w.has_value());
     EXPECT_NE(w.error().what().find("newuidmap"), std::string::npos) << w.error().what();
+}
+
+TEST(OpenChildren, PidfdsOfEachLiveChildAndOfNothingElse) {
+    pid_t kids[2];
+    for (pid_t& k : kids) {
+        k = ::fork();
+        if (k == 0) {
+            ::pause();
+            ::_exit(0);
+        }
+        ASSERT_GT(k, 0);
+    }
+    auto fds = open_children(::getpid());
+    EXPECT_EQ(fds.size(), 2u);
+    for (auto& fd : fds) EXPECT_EQ(sys::pidfd_send_signal(fd.get(), SIGKILL), 0);
+    for (pid_t k : kids) {
+        int status = 0;
+        EXPECT_EQ(::waitpid(k, &status, 0), k);
+        EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    }
+    EXPECT_TRUE(open_children(::getpid()).empty());
+    EXPECT_TRUE(open_children(999999999).empty());
 }

@@ -28,14 +28,40 @@ std::optional<ProcStat> read_proc_stat(pid_t pid) {
     p += 2;
     ProcStat st;
     st.state = *p;
-    // Field 3 is state; start time is field 22: skip 19 more fields.
+    // Field 3 is state, 4 the parent; start time is field 22.
     for (int field = 3; field < 22; ++field) {
         p = std::strchr(p, ' ');
         if (!p) return std::nullopt;
         ++p;
+        if (field == 3) st.parent = static_cast<pid_t>(std::strtol(p, nullptr, 10));
     }
     st.start_time = std::strtoull(p, nullptr, 10);
     return st;
+}
+
+std::vector<unique_fd> open_children(pid_t parent) {
+    std::vector<unique_fd> fds;
+    char path[80];
+    std::snprintf(path, sizeof path, "/proc/%d/task/%d/children", parent, parent);
+    unique_fd list(::open(path, O_RDONLY | O_CLOEXEC));
+    if (!list) return fds;
+    char buf[4096];
+    ssize_t n = ::read(list.get(), buf, sizeof buf - 1);
+    if (n <= 0) return fds;
+    buf[n] = 0;
+    for (char* p = buf; *p;) {
+        char* end;
+        long pid = std::strtol(p, &end, 10);
+        if (end == p) break;
+        p = end;
+        unique_fd fd(sys::pidfd_open(static_cast<pid_t>(pid)));
+        if (!fd) continue;
+        // After the open: a pid reused meanwhile names a process that is not the parent's
+        // child, and the pidfd stays that process's whatever happens to the pid later.
+        auto st = read_proc_stat(static_cast<pid_t>(pid));
+        if (st && st->parent == parent) fds.push_back(std::move(fd));
+    }
+    return fds;
 }
 
 bool process_alive(pid_t pid, uint64_t start_time) {

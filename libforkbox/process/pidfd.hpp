@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "libforkbox/base/error.hpp"
 #include "libforkbox/base/fd.hpp"
@@ -14,11 +15,16 @@ namespace forkbox {
 
 struct ProcStat {
     char state = '?';         // R S D Z T ...
+    pid_t parent = 0;
     uint64_t start_time = 0;  // clock ticks after boot
 };
 
 // Reads /proc/<pid>/stat; nullopt when the process does not exist.
 std::optional<ProcStat> read_proc_stat(pid_t pid);
+
+// pidfds of parent's children (a thread-group leader's, from /proc/PID/task/PID/children),
+// each checked to be the parent's child after it was opened; none when /proc cannot say.
+std::vector<unique_fd> open_children(pid_t parent);
 
 // True when pid still names the process that started at start_time and is not a zombie.
 bool process_alive(pid_t pid, uint64_t start_time);

@@ -35,6 +35,7 @@
 #include "libforkbox/cgroup/resources.hpp"
 #include "libforkbox/cgroup/stats.hpp"
 #include "libforkbox/mount/rootfs.hpp"
+#include "libforkbox/process/pidfd.hpp"
 #include "libforkbox/process/rootless.hpp"
 #include "libforkbox/process/signals.hpp"
 #include "libforkbox/sandbox/builder.hpp"
@@ -1153,6 +1154,10 @@ void Server::on_timer(Run& r) {
     if (::read(r.timer.get(), &expirations, sizeof expirations) != sizeof expirations) return;
     if (!r.timed_out && Clock::now() < r.deadline) {
         near_deadline_.insert(r.id);
+        // A one-shot's command (its init's child) is killed at the deadline by the service
+        // itself, not after the init has woken to its SIGUSR1: one wake-up fewer.
+        if (auto it = embryos_.find(r.embryo); r.session.empty() && it != embryos_.end() && !it->second->reaped)
+            r.doomed = open_children(it->second->pid);
         return;
     }
     on_deadline(r);
@@ -1191,7 +1196,9 @@ void Server::on_deadline(Run& r) {
     if (!r.session.empty()) {
         kill_sandbox(r);
     } else {
-        sys::pidfd_send_signal(it->second->pidfd.get(), SIGUSR1);
+        for (auto& child : r.doomed) sys::pidfd_send_signal(child.get(), SIGKILL);
+        r.doomed.clear();
+        sys::pidfd_send_signal(it->second->pidfd.get(), SIGUSR1);  // the init kills the rest
     }
     itimerspec hard{};
     hard.it_value.tv_nsec = kHardKillMs * 1000000;

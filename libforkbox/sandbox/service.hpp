@@ -68,6 +68,7 @@ struct Run {
     unique_fd timer;
     Clock::time_point released{}, ended{};
     Clock::time_point deadline{};  // released + timeout_ms, when there is one
+    std::vector<unique_fd> doomed;  // a one-shot's init's children, opened as the deadline nears
     bool started = false, exited = false, timed_out = false, client_gone = false, replied = false;
     int status = 0;
     rusage usage{};
