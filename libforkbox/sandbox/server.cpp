@@ -1460,7 +1460,10 @@ int Server::run() {
         if (int held_look = retire_unneeded_held(); held_look >= 0) idle_wait = std::min(idle_wait, held_look);
         if (now < quiet_until)
             idle_wait = std::min(idle_wait, static_cast<int>(ms_between(now, quiet_until)) + 1);
-        if (poll_near_deadlines() == 0) want_refill = false, idle_wait = 0;
+        if (poll_near_deadlines() == 0) {  // a deadline is near: wait for it awake, no builds
+            want_refill = false;
+            idle_wait = 0;
+        }
         int n = ::epoll_wait(epoll_.get(), events, 64, want_refill ? 0 : idle_wait);
         if (n < 0 && errno != EINTR) {
             log::error("sandbox: " + errno_text("epoll_wait"));
