@@ -843,6 +843,8 @@ def test_pause_stops_every_process_and_resume_continues(sb):
     assert wait_for(lambda: len(procs_with(mark)) == 1)
     (pid,) = procs_with(mark)
     by_cgroup = sb.client.info()["freezer"] == "cgroup"
+    # The shell shows in /proc before its first echo has made the file.
+    assert wait_for(lambda: sb.run("test -s /tmp/ticks").exit_code == 0)
     ticks = sb.read_file("/tmp/ticks")
     sb.pause()
     if by_cgroup:
