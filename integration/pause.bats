@@ -121,3 +121,94 @@ lines_out() {
 		[[ ! -d /sys/fs/cgroup/freezer$cg ]] || fail "freezer cgroup $cg left behind"
 	fi
 }
+
+# wait_stopped PID: the process stopped itself (the FORKBOX_TEST_STOP_AT hook).
+wait_stopped() {
+	local i
+	for ((i = 0; i < 1000; i++)); do
+		[[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) == T ]] && return 0
+		sleep 0.01
+	done
+	fail "process $1 did not stop at its mark"
+}
+
+# freezer_cgroup PID: the process's v1 freezer cgroup, or nothing.
+freezer_cgroup() {
+	awk -F: '$2 == "freezer" {print $3}' "/proc/$1/cgroup"
+}
+
+# exec_in_background ARGS...: `forkbox exec ARGS` in the background, output in exec.out;
+# its pid in EXEC_PID.
+exec_in_background() {
+	"$FORKBOX" --root "$ROOT" exec "$@" </dev/null >"$BATS_TEST_TMPDIR/exec.out" 2>&1 3>&- 4>&- &
+	EXEC_PID=$!
+	FB_PIDS+=("$EXEC_PID")
+}
+
+# assert_container_gone PID CGROUP: init and the container's freezer cgroup are gone.
+assert_container_gone() {
+	wait_for_pid_gone "$1"
+	[[ ! -e $ROOT/$CID ]] || fail "state directory left"
+	if [[ -n $2 ]]; then
+		[[ ! -d /sys/fs/cgroup/freezer$2 ]] || fail "freezer cgroup $2 left behind"
+	fi
+}
+
+@test "an exec that a pause overtakes fails with 'paused' and runs nothing after the resume" {
+	skip_if_runc "FORKBOX_TEST_STOP_AT is forkbox's own"
+	start_counter
+	# Stopped after its check that the container is not paused: the pause lands in between.
+	FORKBOX_TEST_STOP_AT="exec: checked" exec_in_background "$CID" /bin/fbhelper echo overtaken
+	wait_stopped "$EXEC_PID"
+	runtime pause "$CID"
+	kill -CONT "$EXEC_PID"
+	local rc=0
+	wait "$EXEC_PID" || rc=$?
+	((rc != 0)) || fail "exec succeeded in a paused container: $(cat "$BATS_TEST_TMPDIR/exec.out")"
+	grep -q "cannot exec in a paused container" "$BATS_TEST_TMPDIR/exec.out" ||
+		fail "exec: $(cat "$BATS_TEST_TMPDIR/exec.out")"
+	runtime resume "$CID"
+	local before
+	before=$(lines_out "$CID")
+	sleep 0.3
+	(($(lines_out "$CID") > before)) || fail "the container did not run again after the resume"
+	! grep -q overtaken "$BATS_TEST_TMPDIR/exec.out" || fail "the overtaken exec ran its process"
+}
+
+@test "an exec waiting in a paused container ends on SIGTERM, and delete --force then leaves nothing" {
+	start_counter
+	local pid cg
+	pid=$(container_pid "$CID")
+	cg=$(freezer_cgroup "$pid")
+	runtime pause "$CID"
+	exec_in_background --ignore-paused "$CID" /bin/fbhelper echo never
+	# Its child joins the frozen cgroups and waits there for the resume.
+	sleep 0.3
+	pid_alive "$EXEC_PID" || fail "exec returned: $(cat "$BATS_TEST_TMPDIR/exec.out")"
+	kill -TERM "$EXEC_PID"
+	wait_for_pid_gone "$EXEC_PID"
+	local rc=0
+	wait "$EXEC_PID" || rc=$?
+	((rc != 0)) || fail "exec succeeded"
+	if ! is_runc; then
+		grep -q "interrupted by SIGTERM" "$BATS_TEST_TMPDIR/exec.out" || fail "exec: $(cat "$BATS_TEST_TMPDIR/exec.out")"
+	fi
+	runtime delete --force "$CID"
+	assert_container_gone "$pid" "$cg"
+}
+
+@test "delete --force of a paused container with an exec waiting in it ends both and leaves nothing" {
+	start_counter
+	local pid cg
+	pid=$(container_pid "$CID")
+	cg=$(freezer_cgroup "$pid")
+	runtime pause "$CID"
+	exec_in_background --ignore-paused "$CID" /bin/fbhelper echo never
+	sleep 0.3
+	runtime delete --force "$CID"
+	wait_for_pid_gone "$EXEC_PID"
+	local rc=0
+	wait "$EXEC_PID" || rc=$?
+	((rc != 0)) || fail "exec succeeded"
+	assert_container_gone "$pid" "$cg"
+}

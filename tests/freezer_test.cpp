@@ -1,6 +1,11 @@
 #include "libforkbox/cgroup/freezer.hpp"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
 
 namespace forkbox {
 namespace {
@@ -57,6 +62,49 @@ TEST(FindFreezer, ADirSharingOnlyAPrefixIsNotUnderTheMountpoint) {
     Freezer f = find_freezer(layout, {"/sys/fs/cgroup/freezer2/x"});
     EXPECT_EQ(f.kind, Freezer::Kind::None);
 }
+
+// A scratch directory standing for a cgroup: the tests write its freezer files.
+struct FakeCgroup {
+    std::string dir;
+    FakeCgroup() {
+        char tmpl[] = "/tmp/fbx-freezer-XXXXXX";
+        dir = ::mkdtemp(tmpl);
+    }
+    ~FakeCgroup() {
+        for (const char* f : {"/freezer.state", "/cgroup.freeze", "/cgroup.events"}) ::unlink((dir + f).c_str());
+        ::rmdir(dir.c_str());
+    }
+    void write(const char* file, const char* text) const { std::ofstream(dir + file) << text; }
+};
+
+TEST(FreezerState, V1FreezingIsNeitherFrozenNorThawed) {
+    FakeCgroup cg;
+    Freezer f{Freezer::Kind::V1, cg.dir};
+    cg.write("/freezer.state", "FREEZING\n");
+    EXPECT_FALSE(*cgroup_frozen(f));
+    EXPECT_FALSE(*cgroup_thawed(f));
+    cg.write("/freezer.state", "FROZEN\n");
+    EXPECT_TRUE(*cgroup_frozen(f));
+    EXPECT_FALSE(*cgroup_thawed(f));
+    cg.write("/freezer.state", "THAWED\n");
+    EXPECT_FALSE(*cgroup_frozen(f));
+    EXPECT_TRUE(*cgroup_thawed(f));
+}
+
+TEST(FreezerState, V2AFreezeAskedForIsNotThawedBeforeEveryTaskStopped) {
+    FakeCgroup cg;
+    Freezer f{Freezer::Kind::V2, cg.dir};
+    cg.write("/cgroup.freeze", "1\n");
+    cg.write("/cgroup.events", "populated 1\nfrozen 0\n");
+    EXPECT_FALSE(*cgroup_frozen(f));
+    EXPECT_FALSE(*cgroup_thawed(f));
+    cg.write("/cgroup.events", "populated 1\nfrozen 1\n");
+    EXPECT_TRUE(*cgroup_frozen(f));
+    cg.write("/cgroup.freeze", "0\n");
+    EXPECT_TRUE(*cgroup_thawed(f));
+}
+
+TEST(FreezerState, NoFreezerIsThawed) { EXPECT_TRUE(*cgroup_thawed(Freezer{})); }
 
 }  // namespace
 }  // namespace forkbox

@@ -68,14 +68,28 @@ Result<Freezer> container_freezer(const std::vector<std::string>& cgroup_dirs) {
 Result<void> freeze_cgroup(const Freezer& f) { return set_frozen(f, true); }
 Result<void> thaw_cgroup(const Freezer& f) { return set_frozen(f, false); }
 
+namespace {
+// The file holds `word` (and a newline).
+Result<bool> holds_word(const std::string& path, std::string_view word) {
+    FB_ASSIGN(std::string s, read_file(path));
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s == word;
+}
+}  // namespace
+
+Result<bool> cgroup_thawed(const Freezer& f) {
+    switch (f.kind) {
+    case Freezer::Kind::None: return true;
+    case Freezer::Kind::V1: return holds_word(f.dir + "/freezer.state", "THAWED");
+    case Freezer::Kind::V2: return holds_word(f.dir + "/cgroup.freeze", "0");
+    }
+    return true;
+}
+
 Result<bool> cgroup_frozen(const Freezer& f) {
     switch (f.kind) {
     case Freezer::Kind::None: return false;
-    case Freezer::Kind::V1: {
-        FB_ASSIGN(std::string s, read_file(f.dir + "/freezer.state"));
-        while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-        return s == "FROZEN";
-    }
+    case Freezer::Kind::V1: return holds_word(f.dir + "/freezer.state", "FROZEN");
     case Freezer::Kind::V2: {
         FB_ASSIGN(std::string s, read_file(f.dir + "/cgroup.events"));
         size_t pos = 0;

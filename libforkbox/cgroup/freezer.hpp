@@ -32,4 +32,9 @@ Result<void> thaw_cgroup(const Freezer& f);
 // says "frozen 1". No freezer: false.
 Result<bool> cgroup_frozen(const Freezer& f);
 
+// One read: no freeze is asked for nor under way. v1 freezer.state is THAWED (FREEZING, as
+// while a task that joined a frozen cgroup stops, is not), v2 cgroup.freeze is 0. No
+// freezer: true.
+Result<bool> cgroup_thawed(const Freezer& f);
+
 }  // namespace forkbox

@@ -160,27 +160,37 @@ void signal_all(const ContainerState& s, int sig) {
 }
 
 // A SIGKILL sent to a paused container is only acted on once it is thawed: the v1 freezer
-// keeps the killed tasks stopped (runc thaws after SIGKILL too). Call after signalling.
-void thaw_if_frozen(const ContainerState& s) {
+// keeps the killed tasks stopped (runc thaws after SIGKILL too). A cgroup still FREEZING
+// counts: a task that joined it frozen (an exec racing a pause) is stopping there, and it
+// reads FROZEN a moment later. Call after signalling.
+void thaw_killed(const ContainerState& s) {
     if (s.cgroup_dirs.empty()) return;
     auto freezer = container_freezer(s.cgroup_dirs);
     if (!freezer) return;
-    auto frozen = cgroup_frozen(*freezer);
-    if (!frozen || !*frozen) return;
+    auto thawed = cgroup_thawed(*freezer);
+    if (!thawed || *thawed) return;
     if (auto r = thaw_cgroup(*freezer); !r) log::warn("thaw killed container: " + r.error().what());
 }
 
 // Kills init and, without a pid namespace of its own, everything in its cgroup; thaws a
-// paused container so the killed tasks can die; waits.
-void kill_and_wait(const ContainerState& s) {
+// paused container so the killed tasks can die; waits, thawing again meanwhile. An init
+// still there after 10 s is an error: the caller keeps the state, so a later delete tries
+// again rather than forget a live container.
+Result<void> kill_and_wait(const ContainerState& s) {
     auto pidfd = open_pidfd(s.pid, s.pid_start_time);
     // Init reaped, in a pid namespace of its own: so is every process of the container,
     // frozen or not (the kernel lets a namespace's init go last). Nothing to kill or thaw.
-    if (!pidfd && pidfd.error().errnum() == ESRCH && s.own_pid_namespace) return;
+    if (!pidfd && pidfd.error().errnum() == ESRCH && s.own_pid_namespace) return {};
     if (pidfd) sys::pidfd_send_signal(pidfd->get(), SIGKILL);
     if (!s.own_pid_namespace) signal_all(s, SIGKILL);
-    thaw_if_frozen(s);
-    if (pidfd) wait_pidfd_exit(pidfd->get(), 10000);
+    thaw_killed(s);
+    if (!pidfd) return {};
+    for (int waited_ms = 0; waited_ms < 10000; waited_ms += 100) {
+        if (wait_pidfd_exit(pidfd->get(), 100)) return {};
+        thaw_killed(s);
+    }
+    return fail(ETIMEDOUT, "container " + s.id + ": init (pid " + std::to_string(s.pid) +
+                               ") did not exit within 10 s of SIGKILL");
 }
 
 void run_poststop_hooks_of(const ContainerDir& dir, const ContainerState& s) {
@@ -205,11 +215,11 @@ void kill_half_made(const ContainerState& s) {
     for (const auto& d : s.cgroup_dirs)
         if (!d.empty())
             for (pid_t p : cgroup_pids(d)) ::kill(p, SIGKILL);
-    thaw_if_frozen(s);
+    thaw_killed(s);
 }
 
 Result<void> destroy(ContainerDir& dir, const ContainerState& s) {
-    if (s.pid > 0) kill_and_wait(s);
+    if (s.pid > 0) FB_TRY(kill_and_wait(s));
     if (s.pid <= 0) kill_half_made(s);
     else if (!s.own_pid_namespace) signal_all(s, SIGKILL);
     if (!s.systemd_unit.empty()) stop_systemd_unit(s);
@@ -307,7 +317,7 @@ Result<void> start_container(const StateStore& store, const std::string& id) {
                                info.state.bundle);
             if (!r) {
                 // Runtime-spec 1.3: a failed poststart hook is an error and stops the container.
-                kill_and_wait(info.state);
+                if (auto killed = kill_and_wait(info.state); !killed) log::warn(killed.error().what());
                 return r;
             }
         }
@@ -355,13 +365,13 @@ Result<void> kill_container(const StateStore& store, const std::string& id, int 
                       "only its init is signalled (possibly due to lack of cgroup: a delegated cgroup helps)");
         signal_all(info.state, sig);
         if (!info.state.cgroup_dirs.empty()) {
-            if (thaw) thaw_if_frozen(info.state);
+            if (thaw) thaw_killed(info.state);
             return {};
         }
     }
     FB_ASSIGN(unique_fd pidfd, open_pidfd(info.state.pid, info.state.pid_start_time));
     if (sys::pidfd_send_signal(pidfd.get(), sig) < 0) return sys_error("kill container " + id);
-    if (thaw) thaw_if_frozen(info.state);
+    if (thaw) thaw_killed(info.state);
     return {};
 }
 

@@ -4,6 +4,7 @@
 // setns on init's pidfd, sets itself up like init does, and execs. It is non-dumpable from
 // the clone on, so nothing in the container can open this binary through /proc/<pid>/exe.
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <linux/keyctl.h>
@@ -18,7 +19,9 @@
 #include <optional>
 
 #include "libforkbox/base/syscalls.hpp"
+#include "libforkbox/base/trace.hpp"
 #include "libforkbox/cgroup/cgroups.hpp"
+#include "libforkbox/cgroup/freezer.hpp"
 #include "libforkbox/container/container.hpp"
 #include "libforkbox/container/seccomp_agent.hpp"
 #include "libforkbox/process/exec_guard.hpp"
@@ -220,6 +223,7 @@ Result<int> exec_into(const StateStore& store, const ExecOptions& opt) {
     // container is resumed; exec waits for it meanwhile, as runc does.
     if (status == Status::Paused && !opt.ignore_paused)
         return fail(EINVAL, "cannot exec in a paused container (use --ignore-paused)");
+    trace::mark("exec: checked");
     FB_ASSIGN(std::string config_text, read_file_at(dir.fd(), kConfigFile));
     auto spec = oci::parse_config(config_text);
     if (!spec) return std::unexpected(spec.error().wrap("container config.json"));
@@ -334,15 +338,44 @@ Result<int> exec_into(const StateStore& store, const ExecOptions& opt) {
     console_fd.reset();
     task_files.clear();
 
-    // EOF: the child exec'd (its end was close-on-exec); a message: it failed.
-    auto msg = sync_recv(parent_end.get());
+    // EOF: the child exec'd (its end was close-on-exec); a message: it failed. Two things
+    // end the wait early: a signal that cancels (foreground), and, without --ignore-paused,
+    // a pause that landed after our check, for the child then joined frozen cgroups and
+    // would wait for the resume. The child acts on SIGKILL only once thawed, so it is killed
+    // and left to its adopter.
+    Freezer freezer;
+    if (!opt.ignore_paused && !state.cgroup_dirs.empty())
+        if (auto f = container_freezer(state.cgroup_dirs)) freezer = *f;
+    auto give_up = [&](Error why) -> Result<SyncMessage> {
+        ::kill(child, SIGKILL);
+        guard.dismiss();
+        return std::unexpected(std::move(why));
+    };
+    auto next_message = [&]() -> Result<SyncMessage> {
+        for (;;) {
+            int timeout_ms = freezer.kind == Freezer::Kind::None ? -1 : 50;
+            Result<bool> ready = true;
+            if (signals) {
+                ready = signals->wait_readable(parent_end.get(), timeout_ms);
+            } else {
+                pollfd p{parent_end.get(), POLLIN, 0};
+                int n = ::poll(&p, 1, timeout_ms);
+                ready = n != 0;
+            }
+            if (!ready) return give_up(ready.error().wrap("exec before the process started"));
+            if (*ready) return sync_recv(parent_end.get());
+            if (auto thawed = cgroup_thawed(freezer); thawed && !*thawed)
+                return give_up(Error(EINVAL, "cannot exec in a paused container (paused as the exec began)"));
+        }
+    };
+    auto msg = next_message();
     // Notify rules: the child hands us its listener for the agent, then goes on.
     while (msg && msg->type == SyncType::SeccompListener && msg->fd && spec->linux && spec->linux->seccomp) {
         const oci::Seccomp& sc = *spec->linux->seccomp;
         FB_TRY(hand_listener_to_agent(sc.listener_path, msg->fd.get(),
                                       container_process_state(state, "running", child, sc.listener_metadata)));
         FB_TRY(sync_send(parent_end.get(), SyncType::SeccompListenerDone));
-        msg = sync_recv(parent_end.get());
+        msg = next_message();
     }
     if (msg) {
         if (msg->type == SyncType::Error) return fail(msg->value, msg->payload);
@@ -352,6 +385,7 @@ Result<int> exec_into(const StateStore& store, const ExecOptions& opt) {
     // EOF on the sync socket: the stub runs. EOF here: it exec'd the program; else its errno.
     if (int err = 0; ::read(exec_error.get(), &err, sizeof err) == sizeof err)
         return fail(0, "exec: \"" + proc.args[0] + "\": " + go_errno_text(err));
+    if (signals) signals->forward_held(child);
     if (!opt.pid_file.empty()) FB_TRY(write_pid_file(opt.pid_file, child));
     if (opt.detach) {
         guard.dismiss();

@@ -77,12 +77,37 @@ Result<ForwardedSignals> ForwardedSignals::block() {
 }
 
 ForwardedSignals::ForwardedSignals(ForwardedSignals&& other) noexcept
-    : fd_(std::move(other.fd_)), old_(other.old_), restore_(other.restore_) {
+    : fd_(std::move(other.fd_)), held_(std::move(other.held_)), old_(other.old_), restore_(other.restore_) {
     other.restore_ = false;
 }
 
 ForwardedSignals::~ForwardedSignals() {
     if (restore_) sigprocmask(SIG_SETMASK, &old_, nullptr);
+}
+
+Result<bool> ForwardedSignals::wait_readable(int fd, int timeout_ms) {
+    for (;;) {
+        pollfd fds[2] = {{fd, POLLIN, 0}, {fd_.get(), POLLIN, 0}};
+        int ready = ::poll(fds, 2, timeout_ms);
+        if (ready < 0) {
+            if (errno == EINTR) continue;
+            return sys_error("poll");
+        }
+        if (ready == 0) return false;
+        if (fds[0].revents) return true;
+        signalfd_siginfo si;
+        while (::read(fd_.get(), &si, sizeof si) == sizeof si) {
+            int sig = static_cast<int>(si.ssi_signo);
+            if (cancels(sig)) return fail(EINTR, std::string("interrupted by SIG") + sigabbrev_np(sig));
+            // SIGCHLD is ours: supervision reaps whatever is left when the process runs.
+            if (sig != SIGCHLD && sig != SIGURG) held_.push_back(sig);
+        }
+    }
+}
+
+void ForwardedSignals::forward_held(pid_t pid) {
+    for (int sig : held_) ::kill(pid, sig);
+    held_.clear();
 }
 
 Result<int> supervise_foreground(pid_t pid, const ForwardedSignals& signals, int master) {

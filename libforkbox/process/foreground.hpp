@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include "libforkbox/base/error.hpp"
 #include "libforkbox/base/fd.hpp"
@@ -23,10 +24,18 @@ public:
     ForwardedSignals& operator=(ForwardedSignals&&) = delete;
     ~ForwardedSignals();
     int fd() const { return fd_.get(); }
+    // Waits until `fd` is readable (true) or `timeout_ms` passed (false; -1 waits on),
+    // before the process runs. Signals that come meanwhile are held for forward_held;
+    // SIGINT, SIGTERM or SIGHUP ends the wait with EINTR, so a caller can give up on a
+    // process that may never start (one that joined a frozen cgroup waits for the thaw).
+    Result<bool> wait_readable(int fd, int timeout_ms);
+    // Sends the held signals to the process, now that it runs.
+    void forward_held(pid_t pid);
 
 private:
     ForwardedSignals() = default;
     unique_fd fd_;
+    std::vector<int> held_;
     sigset_t old_{};
     bool restore_ = false;
 };
