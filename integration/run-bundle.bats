@@ -172,6 +172,29 @@ done"
 	assert_nothing_left
 }
 
+@test "SIGTERM to run BUNDLE/ while a hook of its create hangs ends the run and leaves nothing" {
+	skip_if_runc "runc forwards the signal and keeps a run by id"
+	set_args /bin/fbhelper sleep 100
+	# The hook's own process: it dies with the runtime (its death signal).
+	local hook="sleep 1000.$RANDOM"
+	update_config '.hooks.createRuntime = [{"path": "/bin/sh", "args": ["sh", "-c", "echo x > '"$BATS_TEST_TMPDIR"'/hook.ran; exec '"$hook"'"]}]'
+	run_in_background "$BUNDLE/"
+	wait_for_file "$BATS_TEST_TMPDIR/hook.ran" || fail "no hook: $(cat "$BATS_TEST_TMPDIR/run.err")"
+	kill -TERM "$RUN_PID"
+	wait_for_pid_gone "$RUN_PID"
+	wait_run
+	assert_failure 143
+	wait_for_nothing_left
+	assert_nothing_left
+	local i
+	for ((i = 0; i < 100; i++)); do
+		pgrep -fx "$hook" >/dev/null || return 0
+		sleep 0.05
+	done
+	pkill -fx "$hook"
+	fail "the hook outlived the run"
+}
+
 @test "SIGINT and SIGHUP to run BUNDLE/ kill and remove the container (exit 130, 129)" {
 	skip_if_runc "runc forwards the signal and keeps a run by id"
 	set_args /bin/fbhelper sleep 100

@@ -129,7 +129,12 @@ Result<int> run_container(const StateStore& store, const RunOptions& opt) {
     supervision.kill_container = [&] {
         if (auto r = kill_container(store, id, SIGKILL, true); !r) log::warn("kill " + id + ": " + r.error().what());
     };
-    FB_ASSIGN(ForwardedSignals signals, ForwardedSignals::block());
+    // A run that owns its container (a bundle path) dies of a cancel that comes during
+    // create or start, and its guardian removes the container; from supervision on, the
+    // cancel kills the container and the run reports it.
+    bool owns = guardian.has_value();
+    FB_ASSIGN(ForwardedSignals signals, ForwardedSignals::block(owns ? ForwardedSignals::Cancels::Later
+                                                                     : ForwardedSignals::Cancels::Now));
     // A job started in the background by a shell has SIGINT ignored, and an ignored signal
     // never reaches the signalfd: a cancelled job must still stop the container.
     if (opt.ephemeral)
@@ -142,6 +147,7 @@ Result<int> run_container(const StateStore& store, const RunOptions& opt) {
         if (guardian) guardian->dismiss();
         return std::unexpected(started.error());
     }
+    if (owns) FB_TRY(signals.block_cancels());
     trace::mark("run: started");
     auto exit = supervise_foreground(init, signals, pty_master.get(), supervision);
     trace::mark("run: exited");

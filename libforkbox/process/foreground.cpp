@@ -66,14 +66,23 @@ bool cancels(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
 
 }  // namespace
 
-Result<ForwardedSignals> ForwardedSignals::block() {
+Result<ForwardedSignals> ForwardedSignals::block(Cancels cancels) {
     ForwardedSignals s;
     sigset_t set = forwarded_set();
+    if (cancels == Cancels::Later)
+        for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigdelset(&set, sig);
     if (sigprocmask(SIG_BLOCK, &set, &s.old_) < 0) return sys_error("block signals");
     s.restore_ = true;
     s.fd_.reset(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
     if (!s.fd_) return sys_error("signalfd");
     return s;
+}
+
+Result<void> ForwardedSignals::block_cancels() {
+    sigset_t set = forwarded_set();
+    if (sigprocmask(SIG_BLOCK, &set, nullptr) < 0) return sys_error("block signals");
+    if (::signalfd(fd_.get(), &set, 0) < 0) return sys_error("signalfd");
+    return {};
 }
 
 ForwardedSignals::ForwardedSignals(ForwardedSignals&& other) noexcept

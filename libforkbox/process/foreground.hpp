@@ -19,7 +19,12 @@ namespace forkbox {
 // on: block before the process starts so no signal meant for it is lost or acts on us.
 class ForwardedSignals {
 public:
-    static Result<ForwardedSignals> block();
+    // Cancels::Later leaves SIGINT, SIGTERM and SIGHUP to act (kill us) until
+    // block_cancels: a run that owns its container has a guardian to clean up after it, and
+    // must not ignore a cancel while its create or start waits (a hook that hangs).
+    enum class Cancels { Now, Later };
+    static Result<ForwardedSignals> block(Cancels cancels = Cancels::Now);
+    Result<void> block_cancels();
     ForwardedSignals(ForwardedSignals&& other) noexcept;
     ForwardedSignals& operator=(ForwardedSignals&&) = delete;
     ~ForwardedSignals();
