@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -197,4 +198,45 @@ TEST(OpenChildren, PidfdsOfEachLiveChildAndOfNothingElse) {
     }
     EXPECT_TRUE(open_children(::getpid()).empty());
     EXPECT_TRUE(open_children(999999999).empty());
+}
+
+// A pid namespace's init killed while another process of its namespace is unreaped (as an
+// exec's child is, whose parent is outside) stays in do_exit: exiting, not yet a zombie.
+TEST(ProcStat, AnInitWaitingForItsNamespaceIsExitingNotAZombie) {
+    pid_t helper = ::fork();
+    ASSERT_GE(helper, 0);
+    if (helper == 0) {
+        // In a child of its own: the namespace for children changes for good here.
+        if (::unshare(CLONE_NEWPID) < 0) ::_exit(10);
+        pid_t init = ::fork();
+        if (init == 0) {
+            ::pause();
+            ::_exit(0);
+        }
+        pid_t member = ::fork();  // ours, born in init's namespace
+        if (member == 0) {
+            ::pause();
+            ::_exit(0);
+        }
+        if (init < 0 || member < 0) ::_exit(11);
+        auto before = read_proc_stat(init);
+        if (!before || before->exiting()) ::_exit(12);
+        ::kill(init, SIGKILL);
+        bool exiting = false;
+        for (int i = 0; i < 2000 && !exiting; ++i) {
+            auto st = read_proc_stat(init);
+            exiting = st && st->exiting() && st->state != 'Z';
+            if (!exiting) ::usleep(1000);
+        }
+        if (!exiting) ::_exit(13);
+        if (!process_alive(init, before->start_time)) ::_exit(14);
+        ::waitpid(member, nullptr, 0);  // the last of the namespace: init may finish
+        int status = 0;
+        if (::waitpid(init, &status, 0) != init || !WIFSIGNALED(status)) ::_exit(15);
+        ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(helper, &status, 0), helper);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
 }

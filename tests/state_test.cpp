@@ -238,9 +238,9 @@ namespace {
 
 class StateRoot {
 public:
-    StateRoot() {
-        char tmpl[] = "/tmp/fb-state-test.XXXXXX";
-        path_ = ::mkdtemp(tmpl);
+    explicit StateRoot(const std::string& under = "/tmp") {
+        std::string tmpl = under + "/fb-state-test.XXXXXX";
+        path_ = ::mkdtemp(tmpl.data());
     }
     ~StateRoot() { std::system(("rm -rf '" + path_ + "'").c_str()); }
     const std::string& path() const { return path_; }
@@ -323,4 +323,40 @@ TEST(StateStore, StagingDirectoriesAreNotContainers) {
     auto ids = store.list();
     ASSERT_TRUE(ids.has_value());
     EXPECT_TRUE(ids->empty());
+}
+
+// Readers take no lock (state, ps, list, exec): one that has read a container's state and
+// then finds none is watching a delete empty the directory, and must see it so, never as a
+// container being created (whose lock file is there, locked, before its first state).
+TEST(StateStore, AReaderThatLosesTheStateToADeleteSeesItBeingRemoved) {
+    StateRoot root("/dev/shm");  // tmpfs, as /run is on a host: it lists the newest files first
+    StateStore store(root.path());
+    std::atomic<bool> stop{false};
+    std::atomic<int> lost{0}, unexplained{0};
+    std::thread reader([&] {
+        while (!stop) {
+            auto dir = store.open("gone", StateStore::Lock::None);
+            if (!dir || !dir->read_state()) continue;
+            while (!stop) {
+                auto st = dir->read_state();
+                if (st) continue;
+                lost++;
+                if (st.error().errnum() != ENOENT || dir->locked_elsewhere() || !dir->being_removed()) unexplained++;
+                break;
+            }
+        }
+    });
+    for (int i = 0; i < 2000; ++i) {
+        auto dir = store.create("gone");
+        ASSERT_TRUE(dir.has_value()) << dir.error().what();
+        ASSERT_TRUE(dir->write_state(ContainerState{}).has_value());
+        EXPECT_FALSE(dir->being_removed());
+        std::this_thread::sleep_for(std::chrono::microseconds(50));  // for the reader to read it
+        ASSERT_TRUE(dir->remove().has_value());
+        EXPECT_TRUE(dir->being_removed());
+    }
+    stop = true;
+    reader.join();
+    EXPECT_GT(lost, 0);
+    EXPECT_EQ(unexplained, 0) << "of " << lost << " readers that lost the state";
 }

@@ -197,15 +197,20 @@ Result<int> exec_container(const StateStore& store, const ExecOptions& opt) {
     if (r || (r.error().errnum() != ESRCH && r.error().errnum() != ENOENT)) return r;
     // A kill or delete that raced the exec ("join the container's pid namespace: ESRCH",
     // "open cgroup .../tasks: ENOENT"): said as runc says it, when that is what happened.
-    // An init in the middle of its exit has lost its namespaces (ESRCH) a moment before it
-    // is a zombie: that moment is waited for, briefly.
+    // An init in do_exit has lost its namespaces (ESRCH) before it is a zombie, for as long
+    // as it waits for the rest of its pid namespace (an exec's child is reaped by its parent
+    // outside): seen as exiting, it is a stopped container already. A state that can no
+    // longer be read is a delete removing the directory.
     for (int i = 0; i < 50; ++i) {
         auto dir = store.open(opt.id, StateStore::Lock::None);
         if (!dir) return fail(ENOENT, "container " + opt.id + " does not exist");
         auto state = dir->read_state();
-        if (state && derive_status(*state, dir->fifo_exists()) == Status::Stopped)
+        if (!state) return fail(ENOENT, "container " + opt.id + " does not exist");
+        if (derive_status(*state, dir->fifo_exists()) == Status::Stopped)
             return fail(ESRCH, "cannot exec in a stopped container");
-        if (!state) break;
+        auto init = read_proc_stat(state->pid);
+        if (init && init->start_time == state->pid_start_time && init->exiting())
+            return fail(ESRCH, "cannot exec in a stopped container (its init is exiting)");
         ::usleep(2000);
     }
     return r;

@@ -176,6 +176,11 @@ bool ContainerDir::locked_elsewhere() const {
     return errno == EWOULDBLOCK;
 }
 
+bool ContainerDir::being_removed() const {
+    struct stat st;
+    return ::fstatat(dirfd_.get(), kLockFile, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT;
+}
+
 bool ContainerDir::fifo_exists() const {
     struct stat st;
     return ::fstatat(dirfd_.get(), kExecFifo, &st, AT_SYMLINK_NOFOLLOW) == 0;
@@ -196,6 +201,9 @@ Result<void> ContainerDir::remove() {
         if (n != "." && n != "..") names.push_back(n);
     }
     ::closedir(d);
+    // The lock file first: a reader that finds no state.json and no lock file knows the
+    // container is being deleted, not half-made.
+    std::stable_partition(names.begin(), names.end(), [](const std::string& n) { return n == kLockFile; });
     for (const auto& n : names) {
         if (::unlinkat(dirfd_.get(), n.c_str(), 0) < 0 && errno != ENOENT)
             return sys_error("remove " + path_ + "/" + n);

@@ -66,6 +66,8 @@ public:
     bool fifo_exists() const;
     // True when another process holds the container's lock (a create still in progress).
     bool locked_elsewhere() const;
+    // True when the lock file is gone: only a delete removes it (the first of the files).
+    bool being_removed() const;
     // Removes the directory and everything in it.
     Result<void> remove();
 

@@ -28,12 +28,13 @@ std::optional<ProcStat> read_proc_stat(pid_t pid) {
     p += 2;
     ProcStat st;
     st.state = *p;
-    // Field 3 is state, 4 the parent; start time is field 22.
+    // Field 3 is state, 4 the parent, 9 the flags; start time is field 22.
     for (int field = 3; field < 22; ++field) {
         p = std::strchr(p, ' ');
         if (!p) return std::nullopt;
         ++p;
         if (field == 3) st.parent = static_cast<pid_t>(std::strtol(p, nullptr, 10));
+        if (field == 8) st.flags = static_cast<unsigned>(std::strtoul(p, nullptr, 10));
     }
     st.start_time = std::strtoull(p, nullptr, 10);
     return st;

@@ -16,7 +16,12 @@ namespace forkbox {
 struct ProcStat {
     char state = '?';         // R S D Z T ...
     pid_t parent = 0;
+    unsigned flags = 0;       // the kernel's PF_* flags (field 9)
     uint64_t start_time = 0;  // clock ticks after boot
+
+    // In do_exit: its namespaces are gone (setns says ESRCH) while it is not yet a zombie,
+    // which lasts as long as a pid namespace's init waits for the rest of the namespace.
+    bool exiting() const { return flags & 0x4; }  // PF_EXITING
 };
 
 // Reads /proc/<pid>/stat; nullopt when the process does not exist.
