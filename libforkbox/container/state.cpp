@@ -203,7 +203,7 @@ Result<void> ContainerDir::remove() {
     ::closedir(d);
     // The lock file first: a reader that finds no state.json and no lock file knows the
     // container is being deleted, not half-made.
-    std::stable_partition(names.begin(), names.end(), [](const std::string& n) { return n == kLockFile; });
+    std::partition(names.begin(), names.end(), [](const std::string& n) { return n == kLockFile; });
     for (const auto& n : names) {
         if (::unlinkat(dirfd_.get(), n.c_str(), 0) < 0 && errno != ENOENT)
             return sys_error("remove " + path_ + "/" + n);
