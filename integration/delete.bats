@@ -101,3 +101,37 @@ load helpers
 		[ ! -d "$d" ] || fail "$d still exists after delete"
 	done
 }
+
+@test "delete --force ends a create stuck in a hook that never returns, and leaves nothing" {
+	skip_if_runc "runc takes no lock for a delete to wait on"
+	local cg=/$CID-cg
+	update_config '.linux.cgroupsPath = $p | .hooks.createRuntime = [{"path": "/bin/sleep", "args": ["sleep", "1000"]}]' \
+		--arg p "$cg"
+	set_args /bin/fbhelper sleep 100
+	"$FORKBOX" --root "$ROOT" create --bundle "$BUNDLE" "$CID" </dev/null >"$BATS_TEST_TMPDIR/c.out" 2>"$BATS_TEST_TMPDIR/c.err" 3>&- 4>&- &
+	local create=$! hook="" i
+	for ((i = 0; i < 200; i++)); do
+		hook=$(pgrep -P "$create" -x sleep || true)
+		[ -z "$hook" ] || break
+		sleep 0.05
+	done
+	[ -n "$hook" ] || fail "the createRuntime hook never ran: $(cat "$BATS_TEST_TMPDIR/c.err"; ps -o pid,ppid,comm --ppid "$create")"
+	local kids
+	kids=$(cat "/proc/$create/task/$create/children")
+	# A delete waits for a verb that holds the container; one stuck for 10 s is killed.
+	run --separate-stderr runtime delete --force "$CID"
+	assert_success
+	assert_stderr_contains "killing forkbox process $create"
+	local rc=0
+	wait "$create" || rc=$?
+	[ "$rc" -eq 137 ] || fail "create exited $rc, not killed"
+	local p
+	for p in $hook $kids; do wait_for_pid_gone "$p"; done
+	[ ! -e "$ROOT/$CID" ] || fail "state dir left"
+	local d
+	for d in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
+		[ ! -d "$d${cg#/}" ] || fail "cgroup $d${cg#/} left"
+	done
+	run runtime list -q
+	assert_output ""
+}

@@ -411,7 +411,7 @@ Result<std::vector<pid_t>> container_pids(const StateStore& store, const std::st
 
 Result<void> delete_container(const StateStore& store, const std::string& id, bool force) {
     if (force) store.remove_stale_staging();
-    auto opened = open_existing(store, id);
+    auto opened = open_existing(store, id, force ? StateStore::Lock::Force : StateStore::Lock::Exclusive);
     if (!opened) {
         if (force && opened.error().errnum() == ENOENT) return {};
         return std::unexpected(opened.error());

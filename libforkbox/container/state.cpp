@@ -2,17 +2,22 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <limits>
 
+#include "libforkbox/base/flock.hpp"
 #include "libforkbox/base/json.hpp"
+#include "libforkbox/base/log.hpp"
+#include "libforkbox/base/syscalls.hpp"
 
 namespace forkbox {
 
@@ -223,15 +228,59 @@ Result<void> mkdir_p(const std::string& path, mode_t mode) {
     return {};
 }
 
+// A verb that holds a container's lock this long is stuck (a hook that never returns):
+// `delete --force` kills it, since a killed verb leaves nothing that delete --force cannot end.
+constexpr auto kStuckHolder = std::chrono::seconds(10);
+
+// The same program as ours (by its file, or by its name for another build of it): only
+// forkbox locks these files, and only forkbox is ever killed for holding one.
+bool runs_forkbox(pid_t pid) {
+    struct stat theirs, ours;
+    std::string proc = "/proc/" + std::to_string(pid);
+    if (::stat((proc + "/exe").c_str(), &theirs) == 0 && ::stat("/proc/self/exe", &ours) == 0 &&
+        theirs.st_dev == ours.st_dev && theirs.st_ino == ours.st_ino)
+        return true;
+    auto their_name = read_file(proc + "/comm"), our_name = read_file("/proc/self/comm");
+    return their_name && our_name && *their_name == *our_name;
+}
+
+void end_stuck_holder(int lock, const std::string& path) {
+    auto holder = flock_holder(lock);
+    if (!holder || *holder == ::getpid() || !runs_forkbox(*holder)) return;
+    unique_fd pidfd(sys::pidfd_open(*holder));
+    // Checked again through the pidfd: the process we signal is the one holding the lock.
+    if (!pidfd || flock_holder(lock) != holder) return;
+    log::warn("killing forkbox process " + std::to_string(*holder) + ", which has held " + path + " for " +
+              std::to_string(kStuckHolder.count()) + " s");
+    (void)sys::pidfd_send_signal(pidfd.get(), SIGKILL);
+}
+
+Result<void> lock_ending_a_stuck_holder(int lock, const std::string& path) {
+    auto stuck_after = std::chrono::steady_clock::now() + kStuckHolder;
+    int nap_us = 500;
+    for (;;) {
+        if (::flock(lock, LOCK_EX | LOCK_NB) == 0) return {};
+        if (errno != EWOULDBLOCK && errno != EINTR) return sys_error("lock " + path);
+        if (std::chrono::steady_clock::now() >= stuck_after) end_stuck_holder(lock, path);
+        ::usleep(nap_us);
+        nap_us = std::min(nap_us * 2, 50'000);
+    }
+}
+
 // Only create makes the lock file: a verb that made it again in a directory being removed
 // (after its lock file went, before its rmdir) would keep it alive (ENOTEMPTY), empty.
 enum class MakeLock { No, Yes };
-Result<unique_fd> lock_dir(int dirfd, const std::string& path, MakeLock make = MakeLock::No) {
+Result<unique_fd> lock_dir(int dirfd, const std::string& path, MakeLock make = MakeLock::No,
+                           StateStore::Lock how = StateStore::Lock::Exclusive) {
     unique_fd lock(make == MakeLock::Yes ? ::openat(dirfd, kLockFile, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)
                                          : ::openat(dirfd, kLockFile, O_RDWR | O_CLOEXEC));
     if (!lock) {
         if (errno == ENOENT) return fail(ENOENT, "container does not exist");
         return sys_error("open lock in " + path);
+    }
+    if (how == StateStore::Lock::Force) {
+        FB_TRY(lock_ending_a_stuck_holder(lock.get(), path));
+        return lock;
     }
     while (::flock(lock.get(), LOCK_EX) < 0) {
         if (errno != EINTR) return sys_error("lock " + path);
@@ -334,8 +383,8 @@ Result<ContainerDir> StateStore::open(const std::string& id, Lock lock) const {
             return fail(ENOENT, "container does not exist");
         return sys_error("open " + dir.path_);
     }
-    if (lock == Lock::Exclusive) {
-        FB_ASSIGN(dir.lock_, lock_dir(dir.dirfd_.get(), dir.path_));
+    if (lock != Lock::None) {
+        FB_ASSIGN(dir.lock_, lock_dir(dir.dirfd_.get(), dir.path_, MakeLock::No, lock));
     }
     // The directory may have been deleted while we waited for the lock.
     struct stat st;

@@ -90,7 +90,9 @@ public:
     // Opens an existing container's directory (ENOENT: no such container). Verbs that change
     // the container lock it; readers (state, list) do not, since state.json is replaced
     // atomically, and a hook calling `state` during `create` must not deadlock.
-    enum class Lock { Exclusive, None };
+    // Force (delete --force): exclusive, and a forkbox verb stuck holding the lock for 10 s
+    // (a hook that never returns) is killed rather than waited for forever.
+    enum class Lock { Exclusive, Force, None };
     Result<ContainerDir> open(const std::string& id, Lock lock = Lock::Exclusive) const;
     // Ids of every container under the root, sorted.
     Result<std::vector<std::string>> list() const;
