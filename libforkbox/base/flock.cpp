@@ -36,8 +36,7 @@ std::optional<pid_t> parse_flock_holder(std::string_view proc_locks, dev_t dev, 
         std::string_view line = proc_locks.substr(0, nl);
         proc_locks.remove_prefix(nl == std::string_view::npos ? proc_locks.size() : nl + 1);
         next_word(line);  // "N:"
-        std::string_view type = next_word(line);
-        if (type == "->" || type != "FLOCK") continue;
+        if (next_word(line) != "FLOCK") continue;  // POSIX, OFDLCK, or "->" (a waiter)
         next_word(line);  // ADVISORY
         next_word(line);  // WRITE / READ
         pid_t pid = 0;

@@ -129,17 +129,17 @@ enum class WithOwner { No, Yes };
 Result<ContainerInfo> load_info(const ContainerDir& dir, WithOwner with_owner = WithOwner::No) {
     ContainerInfo info;
     auto state = dir.read_state();
-    std::string id = dir.path().substr(dir.path().find_last_of('/') + 1);
+    auto id = [&] { return dir.path().substr(dir.path().find_last_of('/') + 1); };
     // A create that has made the directory but not yet its first state.json holds the
     // lock: readers that take none (state, ps, list) see a container being created.
     if (!state && state.error().errnum() == ENOENT && dir.locked_elsewhere()) {
-        info.state.id = id;
+        info.state.id = id();
         info.status = Status::Creating;
         return info;
     }
     // Readers take no lock either way: one may open the directory a delete is emptying.
     if (!state && state.error().errnum() == ENOENT && dir.being_removed())
-        return fail(ENOENT, "container " + id + " does not exist");
+        return fail(ENOENT, "container " + id() + " does not exist");
     if (!state) return std::unexpected(state.error());
     info.state = std::move(*state);
     if (with_owner == WithOwner::Yes) info.state.owner = owner_of(dir);

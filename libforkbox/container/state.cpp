@@ -244,15 +244,16 @@ bool runs_forkbox(pid_t pid) {
     return their_name && our_name && *their_name == *our_name;
 }
 
-void end_stuck_holder(int lock, const std::string& path) {
+// True when it killed the holder.
+bool end_stuck_holder(int lock, const std::string& path) {
     auto holder = flock_holder(lock);
-    if (!holder || *holder == ::getpid() || !runs_forkbox(*holder)) return;
+    if (!holder || *holder == ::getpid() || !runs_forkbox(*holder)) return false;
     unique_fd pidfd(sys::pidfd_open(*holder));
     // Checked again through the pidfd: the process we signal is the one holding the lock.
-    if (!pidfd || flock_holder(lock) != holder) return;
+    if (!pidfd || flock_holder(lock) != holder) return false;
     log::warn("killing forkbox process " + std::to_string(*holder) + ", which has held " + path + " for " +
               std::to_string(kStuckHolder.count()) + " s");
-    (void)sys::pidfd_send_signal(pidfd.get(), SIGKILL);
+    return sys::pidfd_send_signal(pidfd.get(), SIGKILL) == 0;
 }
 
 Result<void> lock_ending_a_stuck_holder(int lock, const std::string& path) {
@@ -261,7 +262,9 @@ Result<void> lock_ending_a_stuck_holder(int lock, const std::string& path) {
     for (;;) {
         if (::flock(lock, LOCK_EX | LOCK_NB) == 0) return {};
         if (errno != EWOULDBLOCK && errno != EINTR) return sys_error("lock " + path);
-        if (std::chrono::steady_clock::now() >= stuck_after) end_stuck_holder(lock, path);
+        // Once per holder: the next one (or this one, still dying) gets its own 10 s.
+        if (auto now = std::chrono::steady_clock::now(); now >= stuck_after && end_stuck_holder(lock, path))
+            stuck_after = now + kStuckHolder;
         ::usleep(nap_us);
         nap_us = std::min(nap_us * 2, 50'000);
     }
