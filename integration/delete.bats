@@ -119,7 +119,8 @@ load helpers
 	local kids
 	kids=$(cat "/proc/$create/task/$create/children")
 	# A delete waits for a verb that holds the container; one stuck for 10 s is killed.
-	run --separate-stderr runtime delete --force "$CID"
+	# (The timeout only turns a delete that waits forever into a failure, not a hung suite.)
+	run --separate-stderr timeout 120 "$FORKBOX" --root "$ROOT" delete --force "$CID"
 	assert_success
 	assert_stderr_contains "killing forkbox process $create"
 	local rc=0
