@@ -132,7 +132,52 @@ bool members(Scanner& s, OnMember on_member) {
     return s.take('}');
 }
 
+// An array's elements, from its '[' to its ']': calls on_element() at each one's start.
+template <class OnElement>
+bool elements(Scanner& s, OnElement on_element) {
+    if (!s.take('[')) return false;
+    if (s.take(']')) return true;
+    do {
+        if (!on_element()) return false;
+    } while (s.take(','));
+    return s.take(']');
+}
+
+// One linux.namespaces entry: its "type" and "path", plain strings, or false.
+bool namespace_entry(Scanner& s, NamespaceHint& hint) {
+    std::string_view type, path;
+    bool ok = members(s, [&](std::string_view key, size_t, size_t& start, size_t& end) {
+        if (key != "type" && key != "path") return s.value(start, end);
+        bool escaped;
+        if (!s.string(key == "type" ? type : path, escaped)) return false;
+        return !escaped;
+    });
+    if (!ok) return false;
+    if (!path.empty()) {
+        hint.joins_any = true;
+    } else if (type == "network") {
+        hint.makes_network = true;
+    } else if (type == "user") {
+        hint.makes_user = true;
+    }
+    return true;
+}
+
 }  // namespace
+
+std::optional<NamespaceHint> scan_namespaces(std::string_view config) {
+    Scanner s(config);
+    NamespaceHint hint;
+    bool ok = members(s, [&](std::string_view key, size_t, size_t& start, size_t& end) {
+        if (key != "linux" || !s.peek('{')) return s.value(start, end);
+        return members(s, [&](std::string_view inner, size_t, size_t& vs, size_t& ve) {
+            if (inner != "namespaces" || !s.peek('[')) return s.value(vs, ve);
+            return elements(s, [&] { return namespace_entry(s, hint); });
+        });
+    });
+    if (!ok || !s.at_end()) return std::nullopt;
+    return hint;
+}
 
 std::optional<SeccompMember> split_seccomp_member(std::string_view config) {
     Scanner s(config);

@@ -22,4 +22,16 @@ struct SeccompMember {
 // caller then parses the whole text, which also reports any error.
 std::optional<SeccompMember> split_seccomp_member(std::string_view config);
 
+// linux.namespaces as a scan reads it, before the config is parsed: enough to begin making a
+// network namespace while the parser runs. Only a hint: the Plan decides.
+struct NamespaceHint {
+    bool makes_network = false;  // a "network" entry without a path
+    bool makes_user = false;     // a "user" entry without a path
+    bool joins_any = false;      // an entry with a path
+};
+
+// nullopt when the scan cannot tell (the same rules as split_seccomp_member, and a "type" or
+// "path" that is not a plain string).
+std::optional<NamespaceHint> scan_namespaces(std::string_view config);
+
 }  // namespace forkbox::oci

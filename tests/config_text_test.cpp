@@ -86,3 +86,48 @@ TEST(SplitSeccompMember, TheDefaultSpecSplitsIntoWhatTheParserReads) {
     EXPECT_EQ(again->linux->seccomp->syscalls.size(), whole->linux->seccomp->syscalls.size());
     EXPECT_EQ(again->linux->seccomp->default_action, whole->linux->seccomp->default_action);
 }
+
+TEST(ScanNamespaces, ReadsWhatIsMadeAndWhatIsJoined) {
+    auto h = scan_namespaces(
+        R"({"process":{"args":["sh"]},"linux":{"namespaces":[{"type":"pid"},{"type":"network"},)"
+        R"({"type":"mount","path":""}],"seccomp":{"defaultAction":"SCMP_ACT_ALLOW"}}})");
+    ASSERT_TRUE(h);
+    EXPECT_TRUE(h->makes_network);
+    EXPECT_FALSE(h->makes_user);
+    EXPECT_FALSE(h->joins_any);
+
+    h = scan_namespaces(R"({"linux":{"namespaces":[{"path":"/proc/1/ns/net","type":"network"},{"type":"user"}]}})");
+    ASSERT_TRUE(h);
+    EXPECT_FALSE(h->makes_network);
+    EXPECT_TRUE(h->makes_user);
+    EXPECT_TRUE(h->joins_any);
+
+    for (const char* none : {R"({})", R"({"linux":{}})", R"({"linux":{"namespaces":[]}})", R"({"linux":null})"}) {
+        h = scan_namespaces(none);
+        ASSERT_TRUE(h) << none;
+        EXPECT_FALSE(h->makes_network || h->makes_user || h->joins_any) << none;
+    }
+}
+
+TEST(ScanNamespaces, CannotTellWhatTheParserMightReadOtherwise) {
+    for (const char* config : {
+             R"({"linux":{"namespaces":[{"type":"netw\u006frk"}]}})",  // an escape in a value
+             R"({"linux":{"namespaces":[{"type":"network","type":"pid"}]}})",
+             R"({"linux":{"namespaces":[{"type":"network"}]},"linux":{}})",
+             R"({"linux":{"namespaces":[{"type":5}]}})",
+             R"({"linux":{"namespaces":["network"]}})",
+             R"({"linux":{"namespaces":[{"type":"network"}}})",  // cut short
+             "",
+         })
+        EXPECT_FALSE(scan_namespaces(config)) << config;
+}
+
+TEST(ScanNamespaces, TheDefaultSpecMakesANetworkNamespace) {
+    auto h = scan_namespaces(default_spec_json(false));
+    ASSERT_TRUE(h);
+    EXPECT_TRUE(h->makes_network);
+    EXPECT_FALSE(h->makes_user || h->joins_any);
+    h = scan_namespaces(default_spec_json(true));  // rootless
+    ASSERT_TRUE(h);
+    EXPECT_TRUE(h->makes_user);
+}

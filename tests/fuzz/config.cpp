@@ -4,7 +4,8 @@
 //  * a Plan holds only absolute, clean container paths;
 //  * every cgroup write names a file in the container's cgroup directory, never a path;
 //  * the scan that cuts linux.seccomp out of the text (config_text.hpp, used to skip parsing
-//    a cached profile) agrees with the parser about which profile the config has;
+//    a cached profile) agrees with the parser about which profile the config has, and the
+//    scan of linux.namespaces (a hint to begin a network namespace early) with its namespaces;
 //  * a user namespace's id maps survive the zygote protocol's encoding.
 #include "libforkbox/plan/plan.hpp"
 #include "libforkbox/seccomp/seccomp.hpp"
@@ -68,6 +69,21 @@ void check_seccomp_split(std::string_view text, const Result<oci::Spec>& whole) 
                "the config without its profile parses differently");
 }
 
+void check_namespace_hint(std::string_view text, const oci::Spec& spec) {
+    auto hint = oci::scan_namespaces(text);
+    if (!hint) return;
+    oci::NamespaceHint parsed;
+    if (spec.linux)
+        for (const auto& ns : spec.linux->namespaces) {
+            parsed.joins_any |= !ns.path.empty();
+            parsed.makes_network |= ns.path.empty() && ns.type == "network";
+            parsed.makes_user |= ns.path.empty() && ns.type == "user";
+        }
+    FUZZ_CHECK(hint->makes_network == parsed.makes_network && hint->makes_user == parsed.makes_user &&
+                   hint->joins_any == parsed.joins_any,
+               "the namespace scan reads other namespaces than the parser");
+}
+
 void check_id_maps(const Plan& plan) {
     if (!(zygote::template_key(plan) & CLONE_NEWUSER)) return;
     std::string wire = zygote::encode_id_maps(plan.uid_mappings, plan.gid_mappings);
@@ -84,6 +100,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check_seccomp_split(text, spec);
     (void)oci::parse_process_json(text);
     if (!spec) return 0;
+    check_namespace_hint(text, *spec);
     (void)oci::validate_rootless(*spec);
     if (!oci::validate(*spec)) return 0;
     auto plan = make_plan(*spec, PlanOptions{"fuzz", "/run/bundle"});
