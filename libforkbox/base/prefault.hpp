@@ -1,0 +1,17 @@
+// Page tables filled in bulk at start-up. Every forkbox process (create, start, delete, ...)
+// would otherwise take a page fault for each 64 KiB of its 4.8 MB text it runs (fault-around)
+// and for each page of .data, .bss and stack it writes: ~60 faults before a create is done.
+// On a VM whose faults trap to the hypervisor a fault costs ~12 us, and one madvise
+// (MADV_POPULATE_*, Linux 5.14) maps the same pages for ~0.1 us each (file) / ~0.6 us (anon).
+// A preinit_array entry in prefault.cpp runs both before any constructor; they are exposed for
+// tests.
+#pragma once
+
+namespace forkbox::prefault {
+
+// The executable's own segments: text and read-only data mapped, .data and .bss written.
+void populate_executable();
+// The 64 KiB of stack below the caller's frame.
+void populate_stack();
+
+}  // namespace forkbox::prefault
