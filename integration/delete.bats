@@ -102,6 +102,27 @@ load helpers
 	done
 }
 
+@test "delete removes a container's default cgroup and keeps the parent /forkbox for the next one" {
+	# No cgroupsPath: /forkbox/$CID in every hierarchy. The parent stays (as runc leaves the
+	# parents it makes): removing the last cpuset cgroup patches the kernel's text.
+	update_config 'del(.linux.cgroupsPath)'
+	# So that this container's create makes the parent (rmdir leaves one in use alone).
+	rmdir /sys/fs/cgroup/*/forkbox /sys/fs/cgroup/forkbox 2>/dev/null || true
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	local d dirs=()
+	for d in /sys/fs/cgroup/cpuset /sys/fs/cgroup/pids /sys/fs/cgroup/unified /sys/fs/cgroup; do
+		[ -d "$d/forkbox/$CID" ] && dirs+=("$d")
+	done
+	[ "${#dirs[@]}" -gt 0 ] || fail "no cgroup directory for /forkbox/$CID"
+	run runtime delete --force "$CID"
+	assert_success
+	for d in "${dirs[@]}"; do
+		[ ! -d "$d/forkbox/$CID" ] || fail "$d/forkbox/$CID still exists after delete"
+		[ -d "$d/forkbox" ] || fail "$d/forkbox was removed with the last container"
+	done
+}
+
 @test "delete --force ends a create stuck in a hook that never returns, and leaves nothing" {
 	skip_if_runc "runc takes no lock for a delete to wait on"
 	local cg=/$CID-cg

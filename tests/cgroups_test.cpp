@@ -224,3 +224,28 @@ TEST(ProcessCgroups, CombinedControllersMatchInAnyOrder) {
     auto layout = parse_cgroup_layout("32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n");
     EXPECT_EQ(cgroup_dirs_of_process(layout, "2:cpuacct,cpu:/a\n"), std::vector<std::string>{"/sys/fs/cgroup/cpu,cpuacct/a"});
 }
+
+// ---- what delete removes ----
+
+TEST(RemovableCgroups, KeepTheDefaultParentInEveryHierarchyOfAHybridHost) {
+    auto l = parse_cgroup_layout(kHybridHost);
+    std::vector<std::string> created = {
+        "/sys/fs/cgroup/cpuset/forkbox",  "/sys/fs/cgroup/cpuset/forkbox/web-1",
+        "/sys/fs/cgroup/unified/forkbox", "/sys/fs/cgroup/unified/forkbox/web-1",
+    };
+    EXPECT_EQ(removable_cgroups(l, created),
+              (std::vector<std::string>{"/sys/fs/cgroup/cpuset/forkbox/web-1", "/sys/fs/cgroup/unified/forkbox/web-1"}));
+}
+
+TEST(RemovableCgroups, KeepTheDefaultParentOfAPureV2Host) {
+    auto l = parse_cgroup_layout(kV2Host);
+    EXPECT_EQ(removable_cgroups(l, {"/sys/fs/cgroup/forkbox", "/sys/fs/cgroup/forkbox/a", "/sys/fs/cgroup/forkbox/a/b"}),
+              (std::vector<std::string>{"/sys/fs/cgroup/forkbox/a", "/sys/fs/cgroup/forkbox/a/b"}));
+}
+
+TEST(RemovableCgroups, RemoveEveryParentOfAPathTheConfigGave) {
+    auto l = parse_cgroup_layout(kHybridHost);
+    std::vector<std::string> created = {"/sys/fs/cgroup/pids/pod", "/sys/fs/cgroup/pids/pod/forkbox",
+                                        "/sys/fs/cgroup/pids/pod/forkbox/c1", "/sys/fs/cgroup/pids/forkboxes"};
+    EXPECT_EQ(removable_cgroups(l, created), created);
+}

@@ -335,6 +335,17 @@ void remove_spare_cgroups(const CgroupLayout& layout, const std::string& parent,
         if (!h.unified) ::rmdir((h.mountpoint + under + "/" + spare).c_str());
 }
 
+std::vector<std::string> removable_cgroups(const CgroupLayout& layout, std::vector<std::string> created) {
+    std::erase_if(created, [&](const std::string& dir) {
+        for (const auto& h : layout.hierarchies)
+            if (dir.size() == h.mountpoint.size() + kDefaultCgroupParent.size() && dir.starts_with(h.mountpoint) &&
+                dir.ends_with(kDefaultCgroupParent))
+                return true;
+        return false;
+    });
+    return created;
+}
+
 Result<void> remove_cgroups(const std::vector<std::string>& created) {
     std::vector<std::string> dirs = created;
     // Children before parents: longest paths first.

@@ -459,7 +459,7 @@ Result<void> ContainerCreation::prepare_state() {
 // the processes in them (a template's spares not renamed yet are the daemon's to remove).
 Result<void> ContainerCreation::record_cgroups(PlannedCgroups planned) {
     state_.cgroup_dirs = std::move(planned.dirs);
-    state_.cgroup_dirs_created = std::move(planned.created);
+    state_.cgroup_dirs_created = removable_cgroups(layout_, std::move(planned.created));
     FB_TRY(dir_->write_state(state_));
     trace::mark("create: state written");
     return {};
@@ -519,7 +519,7 @@ Result<void> ContainerCreation::place_cgroups() {
         FB_TRY(apply_device_program(*device_program_, layout_, cgroups_.dirs()));
     warm_.device_program.reset();
     state_.cgroup_dirs = cgroups_.dirs();
-    state_.cgroup_dirs_created = cgroups_.created();
+    state_.cgroup_dirs_created = removable_cgroups(layout_, cgroups_.created());
     trace::mark("create: cgroups made");
     return {};
 }

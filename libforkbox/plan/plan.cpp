@@ -7,6 +7,7 @@
 #include <array>
 #include <string_view>
 
+#include "libforkbox/cgroup/cgroups.hpp"
 #include "libforkbox/cgroup/systemd.hpp"
 #include "oci/linux_names.hpp"
 
@@ -329,11 +330,11 @@ Result<Plan> make_plan(const oci::Spec& spec, const PlanOptions& options) {
         plan.systemd_unit = unit.unit;
         plan.systemd_slice = unit.slice;
     } else if (linux.cgroups_path.empty())
-        plan.cgroups_path = "/forkbox/" + options.id;
+        plan.cgroups_path = std::string(kDefaultCgroupParent) + "/" + options.id;
     else if (linux.cgroups_path[0] == '/')
         plan.cgroups_path = clean_container_path(linux.cgroups_path);
     else
-        plan.cgroups_path = clean_container_path("/forkbox/" + linux.cgroups_path);
+        plan.cgroups_path = clean_container_path(std::string(kDefaultCgroupParent) + "/" + linux.cgroups_path);
     if (linux.resources) plan.resources = *linux.resources;
     if (!options.restrict_devices)
         plan.resources.devices.clear();
