@@ -634,6 +634,18 @@ Gid: 100000"
 	assert_stderr_contains err
 }
 
+@test "with noNewPrivileges, a filter refusing recvmsg and recvfrom still starts the container" {
+	# init loads a filter that allows its wait for create's Recorded (recvfrom, recvmsg) while
+	# create records it; this one it loads after Recorded instead.
+	update_config '.process.noNewPrivileges = true
+		| .linux.seccomp = {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+			{"names": ["recvmsg", "recvfrom"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1}]}'
+	run_sh 'echo out; /bin/fbhelper status-field Seccomp'
+	assert_success
+	assert_line out
+	assert_line 2
+}
+
 # ---------------------------------------------------------------- cgroups
 
 @test "linux.resources limits are written to the container's cgroup" {

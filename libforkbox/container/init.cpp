@@ -41,6 +41,12 @@ bool filter_allows_the_wait(const SeccompProgram& filter) {
     return true;
 }
 
+// And, loaded before create has recorded us, the wait for its Recorded (sync_recv).
+bool filter_allows_the_wait_for_recorded(const SeccompProgram& filter) {
+    return filter_allows_the_wait(filter) && seccomp_allows_any_arguments(filter.bpf, SYS_recvfrom) &&
+           seccomp_allows_any_arguments(filter.bpf, SYS_recvmsg);
+}
+
 // Until `create` has recorded us in state.json (Recorded), nothing else knows this
 // process exists: it must not outlive a create that dies (a SIGKILL). Armed, then checked:
 // a create already dead before the prctl is seen as the sync socket's hang-up.
@@ -225,6 +231,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     envp.push_back(nullptr);
     bool seccomp_while_waiting = a.seccomp && !seccomp_early && plan.hooks.start_container.empty() &&
                                  filter_allows_the_wait(*a.seccomp);
+    bool seccomp_while_recorded = seccomp_while_waiting && filter_allows_the_wait_for_recorded(*a.seccomp);
 
     // Off before Ready: create may exit as soon as it has read it and recorded us. From
     // here a dead create shows as the socket's EOF instead of Recorded, and we exit.
@@ -232,15 +239,21 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     trace::mark("init: ready");
     FB_TRY(sync_send(a.sync_fd, SyncType::Ready));
     trace::mark("init: ready sent");
+    // The kernel takes ~0.25-0.5 ms to translate and JIT a Docker-sized filter. Loaded here,
+    // that runs while create records us (state.json, --pid-file: ~0.15-0.3 ms), exits, and
+    // `start` starts (on another CPU), not between `start` and the container's first
+    // instruction: `run` starts at once, and then waited for it. Only when the filter lets
+    // everything init still does through whatever the arguments, so it sees nothing that
+    // could act differently; else after Recorded, when it need not allow the wait for it.
+    if (seccomp_while_recorded) {
+        FB_TRY(load_seccomp(*a.seccomp));
+        trace::mark("init: seccomp loaded");
+    }
     FB_TRY_CTX(sync_expect(a.sync_fd, SyncType::Recorded), "wait for create to record the container");
     trace::mark("init: recorded");
     ::close(a.sync_fd);
     a.sync_fd = -1;
-    // The kernel takes ~0.5 ms to translate and JIT a Docker-sized filter. Loaded here, that
-    // runs while create exits and `start` starts (on another CPU), not between `start` and
-    // the container's first instruction. Only when the filter lets everything init still
-    // does through whatever the arguments, so it sees nothing that could act differently.
-    if (seccomp_while_waiting) {
+    if (seccomp_while_waiting && !seccomp_while_recorded) {
         FB_TRY(load_seccomp(*a.seccomp));
         trace::mark("init: seccomp loaded");
     }
