@@ -41,10 +41,9 @@ bool filter_allows_the_wait(const SeccompProgram& filter) {
     return true;
 }
 
-// And, loaded before create has recorded us, the wait for its Recorded (sync_recv).
+// Besides the wait: loaded before create has recorded us, the wait for its Recorded (sync_recv).
 bool filter_allows_the_wait_for_recorded(const SeccompProgram& filter) {
-    return filter_allows_the_wait(filter) && seccomp_allows_any_arguments(filter.bpf, SYS_recvfrom) &&
-           seccomp_allows_any_arguments(filter.bpf, SYS_recvmsg);
+    return seccomp_allows_any_arguments(filter.bpf, SYS_recvfrom) && seccomp_allows_any_arguments(filter.bpf, SYS_recvmsg);
 }
 
 // Until `create` has recorded us in state.json (Recorded), nothing else knows this
