@@ -3,6 +3,10 @@
 
 namespace forkbox::cmd {
 
+namespace {
+CreationRemains* left_to_exit = nullptr;
+}  // namespace
+
 int cmd_create(const Globals& g, const std::vector<std::string>& args) {
     VerbParser p("create [command options] <container-id>",
                  "Create a container from a bundle; its process waits until `start`.");
@@ -20,8 +24,11 @@ int cmd_create(const Globals& g, const std::vector<std::string>& args) {
     o.id = require_id(vm, "create");
     o.zygote_socket = g.zygote_socket;
     o.systemd_cgroup = g.systemd_cgroup;
-    auto r = create_container(g.store(), o);
+    std::unique_ptr<CreationRemains> remains;
+    auto r = create_container(g.store(), o, nullptr, &remains);
     if (!r) return report(r.error());
+    // Freed by our exit, at once (see CreationRemains); reachable meanwhile, not leaked.
+    left_to_exit = remains.release();
     return 0;
 }
 

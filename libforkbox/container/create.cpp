@@ -293,7 +293,7 @@ struct WarmStart {
 // One `create`, phase by phase. Members are declared in the order the phases make them, so
 // a failure at any step unwinds the rest in reverse: init and the intermediate are killed,
 // then the cgroups removed, then the container directory, then the zygote reply drained.
-class ContainerCreation {
+class ContainerCreation : public CreationRemains {
 public:
     ContainerCreation(const StateStore& store, const CreateOptions& opt, unique_fd* pty_master)
         : store_(store), opt_(opt), pty_master_(pty_master) {}
@@ -770,20 +770,26 @@ Result<pid_t> ContainerCreation::finish() {
     if (systemd_unit_) systemd_unit_->armed = false;
     trace::mark("create: done");
     dir_guard_->armed = false;
+    dir_guard_.reset();
+    // The lock goes now, not with the rest: `run` starts the container before freeing that.
+    dir_.reset();
     log::debug("created container " + opt_.id + " with init pid " + std::to_string(state_.pid));
     return state_.pid;
 }
 
 }  // namespace
 
-Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt, unique_fd* pty_master) {
+Result<pid_t> create_container(const StateStore& store, const CreateOptions& opt, unique_fd* pty_master,
+                               std::unique_ptr<CreationRemains>* remains) {
     trace::mark("create: verb");
-    ContainerCreation creation(store, opt, pty_master);
-    FB_TRY(creation.load_and_plan());
-    FB_TRY(creation.prepare_state());
-    FB_TRY(creation.place_cgroups());
-    FB_TRY(creation.clone_and_drive_init());
-    return creation.finish();
+    auto creation = std::make_unique<ContainerCreation>(store, opt, pty_master);
+    FB_TRY(creation->load_and_plan());
+    FB_TRY(creation->prepare_state());
+    FB_TRY(creation->place_cgroups());
+    FB_TRY(creation->clone_and_drive_init());
+    FB_ASSIGN(pid_t pid, creation->finish());
+    if (remains) *remains = std::move(creation);
+    return pid;
 }
 
 }  // namespace forkbox

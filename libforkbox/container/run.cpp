@@ -140,8 +140,11 @@ Result<int> run_container(const StateStore& store, const RunOptions& opt) {
     if (opt.ephemeral)
         for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
     unique_fd pty_master;
-    FB_ASSIGN(pid_t init, create_container(store, opt.create, &pty_master));
+    std::unique_ptr<CreationRemains> remains;
+    FB_ASSIGN(pid_t init, create_container(store, opt.create, &pty_master, &remains));
     auto started = start_container(store, id);
+    // Freed while init execs, on the other CPU, and without copying pages it shares.
+    remains.reset();
     if (!started) {
         (void)delete_container(store, id, true);
         if (guardian) guardian->dismiss();
