@@ -358,6 +358,75 @@ refute_exe_hunt_hits() {
 	assert_runtime_copy_unchanged
 }
 
+# use_read_only_runtime_copy: as use_runtime_copy, with the copy bind-mounted read-only
+# onto itself (teardown unmounts it): every open of it for writing fails with EROFS, so
+# forkbox execs container programs without the stub (exec_guard.hpp).
+use_read_only_runtime_copy() {
+	use_runtime_copy
+	mount --bind "$RUNTIME_COPY" "$RUNTIME_COPY"
+	mount -o remount,bind,ro "$RUNTIME_COPY"
+}
+
+@test "a runtime on a read-only mount execs the program without the stub, and still no container can change it" {
+	is_runc && skip "forkbox's exec guard"
+	use_read_only_runtime_copy
+	add_self_exe_script /evil
+	set_args /evil
+	run --separate-stderr runtime --debug run --bundle "$BUNDLE" "$CID"
+	assert_failure
+	assert_stderr_contains "programs are exec'd without the stub"
+	# No stub stood in: the copy itself ran as the script's interpreter, in the container.
+	assert_stderr_contains "forkbox: no such command: /evil"
+	assert_runtime_copy_unchanged
+	# What such a process (or one holding its /proc/PID/exe) could then do with the file,
+	# tried as the host's root, who may do more than any container: open it for writing.
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID-running"
+	wait_for_status "$CID-running" running
+	"$FORKBOX" --root "$ROOT" events --interval 1s "$CID-running" >/dev/null 2>&1 &
+	local pid=$! i
+	FB_PIDS+=("$pid")
+	for ((i = 0; i < 100; i++)); do
+		[[ $(readlink "/proc/$pid/exe") == "$RUNTIME_COPY" ]] && break
+		sleep 0.05
+	done
+	# CVE-2019-5736's way: hold it, and reopen it for writing once it no longer runs.
+	exec 8<"/proc/$pid/exe"
+	kill -KILL "$pid"
+	wait "$pid" || true
+	run sh -c 'exec 3>>/proc/self/fd/8'
+	exec 8<&-
+	assert_failure
+	assert_output --partial "Read-only file system"
+	assert_runtime_copy_unchanged
+}
+
+@test "without the stub, a failed exec reads as it does through the stub, in init and in exec" {
+	is_runc && skip "forkbox's exec guard"
+	printf 'not a program' >"$BUNDLE/rootfs/junk"
+	chmod 755 "$BUNDLE/rootfs/junk"
+	set_args /junk
+	run -127 --separate-stderr runtime run --bundle "$BUNDLE" "$CID-stub"
+	local stub_status=$status stub_stderr=$stderr
+	[[ $stub_stderr == *'exec: "/junk": exec format error'* ]] || fail "through the stub: $stub_stderr"
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID-running"
+	wait_for_status "$CID-running" running
+	run --separate-stderr runtime exec "$CID-running" /junk
+	local stub_exec_status=$status stub_exec_stderr=$stderr
+	use_read_only_runtime_copy
+	set_args /junk
+	run -127 --separate-stderr runtime run --bundle "$BUNDLE" "$CID-direct"
+	assert_equal "$status" "$stub_status"
+	assert_equal "$stderr" "$stub_stderr"
+	run --separate-stderr runtime exec "$CID-running" /junk
+	assert_equal "$status" "$stub_exec_status"
+	assert_equal "$stderr" "$stub_exec_stderr"
+	run runtime exec "$CID-running" /bin/fbhelper echo direct
+	assert_success
+	assert_output direct
+}
+
 # The stub is exec'd with execveat on its memfd; a profile refusing execveat (even by
 # killing) must neither break the container nor reopen the hole.
 @test "a seccomp profile that refuses execveat with an errno still runs the container, guarded" {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -9,6 +10,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "libforkbox/base/log.hpp"
+#include "libforkbox/process/process.hpp"
 #include "libforkbox/seccomp/evaluate.hpp"
 
 // The stub's bytes, from exec_stub_blob.S (.incbin of build/exec-stub).
@@ -21,11 +24,41 @@ extern "C" const unsigned char forkbox_exec_stub_end[];
 
 namespace forkbox {
 
+namespace {
+// exe_write_protected's answer: -1 not asked yet (a child of a parent that never asked
+// treats that as no), 0 no, 1 yes.
+int exe_protection = -1;
+
+// The stub's behaviour on a failed exec of the program, for the direct path: the errno
+// into error_fd, or init's message on stderr; exit 127.
+[[noreturn]] void exec_failed(const std::string& exe, char* const argv[], int error_fd, int err) {
+    if (error_fd >= 0) {
+        while (::write(error_fd, &err, sizeof err) < 0 && errno == EINTR) {
+        }
+    } else {
+        dprintf(2, "forkbox: exec: \"%s\": %s\n", argv[0] ? argv[0] : exe.c_str(), go_errno_text(err).c_str());
+    }
+    _exit(127);
+}
+}  // namespace
+
+bool exe_write_protected() {
+    if (exe_protection < 0) {
+        struct statvfs st;
+        exe_protection = ::statvfs("/proc/self/exe", &st) == 0 && (st.f_flag & ST_RDONLY) ? 1 : 0;
+    }
+    return exe_protection == 1;
+}
+
 std::span<const unsigned char> exec_stub_image() {
     return {forkbox_exec_stub_start, static_cast<size_t>(forkbox_exec_stub_end - forkbox_exec_stub_start)};
 }
 
 Result<unique_fd> make_exec_stub() {
+    if (exe_write_protected()) {
+        log::debug("exec guard: this forkbox binary is on a read-only mount: programs are exec'd without the stub");
+        return unique_fd();
+    }
     constexpr unsigned kFlags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
     unique_fd fd(::memfd_create("forkbox-exec", kFlags | MFD_EXEC));
     // Kernels before 6.3 do not know MFD_EXEC (and make every memfd executable).
@@ -49,7 +82,12 @@ Result<unique_fd> make_exec_stub() {
 
 Result<void> exec_through_stub(int stub_fd, const std::string& exe, char* const argv[],
                                char* const envp[], const SeccompProgram* filter, int error_fd) {
-    if (stub_fd < 0) return fail(EBADF, "exec: no exec stub");  // never exec unguarded by mistake
+    if (stub_fd < 0) {
+        // Never unguarded by mistake: only when the parent found the binary write-protected.
+        if (exe_protection != 1) return fail(EBADF, "exec: no exec stub");
+        ::execve(exe.c_str(), argv, envp);
+        exec_failed(exe, argv, error_fd, errno);
+    }
     // The stub must inherit the error fd; it marks it close-on-exec again for the program.
     if (error_fd >= 0 && ::fcntl(error_fd, F_SETFD, 0) < 0) return sys_error("exec: error fd");
     char fd_arg[16] = "-";

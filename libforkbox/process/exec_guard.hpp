@@ -9,6 +9,13 @@
 // a few KB, embedded in forkbox) from a sealed memfd, and the stub execs the program: when
 // the kernel resolves the program's interpreter, /proc/self/exe is that anonymous, sealed,
 // per-container copy. Copying the 30 MB forkbox binary instead would cost milliseconds.
+//
+// The stub's exec costs ~0.5 ms on PVM guests (a whole address space more). It is left out
+// when nothing can write the binary through /proc/self/exe anyway: forkbox was exec'd from
+// a read-only mount or filesystem (exe_write_protected), where every open for writing
+// fails with EROFS whoever asks, the container's root included (it cannot remount a mount
+// of the host's namespace). Then "#!/proc/self/exe" runs the host binary inside the
+// container, which can read it but never change it.
 #pragma once
 
 #include <cstddef>
@@ -27,11 +34,20 @@ std::span<const unsigned char> exec_stub_image();
 // Parent side, before clone: a memfd holding the stub, sealed against any change
 // (F_SEAL_SEAL|SHRINK|GROW|WRITE), close-on-exec (hooks the parent runs do not get it, and
 // the child's exec of it does not pass it on). About 8 us: memfd_create, one write, fcntl.
+// None (an empty fd) when exe_write_protected(): the child execs its program directly.
 Result<unique_fd> make_exec_stub();
+
+// Whether this binary was exec'd from a read-only mount or filesystem (statvfs of
+// /proc/self/exe: ST_RDONLY), as on systems with an immutable /usr, NixOS's store, or after
+// `mount --bind -o ro` of the binary. Asked once, by make_exec_stub in the parent before
+// any clone: a child's /proc may be the container's, so the child only reads the answer.
+bool exe_write_protected();
 
 // Child side, the very last step: execs `exe` with argv/envp through the stub in stub_fd.
 // Returns only when the stub itself could not be exec'd (or, on the direct path, the
 // program), with that errno; a failed exec of the program happens in the stub (see error_fd).
+// stub_fd < 0: the program directly, only when the parent's make_exec_stub found the binary
+// write-protected (else EBADF); a failure then behaves as the stub's would.
 //
 //  * filter: the seccomp program this process runs under (null: none of ours). Were its
 //    answer for execveat anything but ALLOW or LOG, the stub is exec'd through
