@@ -16,7 +16,7 @@
 # (without init's wait for `start`) and start's "main" to "start: released".
 #
 # usage: bench/run-true.sh [-n RUNS] [-w WARMUP] [--no-crun] [--no-seccomp] [--shared-root]
-#                          [--no-zygote] [--critical-path] [--cgroup2] [-c RUNS]
+#                          [--no-zygote] [--critical-path] [--cgroup2] [--ro-binary] [-c RUNS]
 #                          [--keep-traces DIR]
 #                          [-b BUNDLE_DIR]
 #   -n RUNS        timed runs per runtime (default 200)
@@ -35,6 +35,9 @@
 #                  where /sys/fs/cgroup is the host's cgroup2 hierarchy alone: the pure v2
 #                  host most users run, on this hybrid machine (integration/cgroupv2.bats
 #                  builds the same view). crun accepts that layout, so it runs unwrapped.
+#   --ro-binary    one more subject: `forkbox run` of the same binary bind-mounted read-only,
+#                  as on systems with an immutable /usr (or NixOS's store), where forkbox
+#                  execs the container's program without its exec stub (exec_guard.hpp)
 #   -c RUNS        traced runs per mode (default 100)
 #   --keep-traces DIR  copy the trace files there (bench/critical-path.py --steps DIR/cold
 #                  shows the median time between consecutive marks)
@@ -66,6 +69,7 @@ shared_root=0
 use_zygote=1
 critical_path=0
 cgroup2_view=0
+ro_binary=0
 cp_runs=100
 keep_traces=
 bench_dir=${BENCH_DIR:-/var/tmp/forkbox-bench}
@@ -89,6 +93,7 @@ while [[ $# -gt 0 ]]; do
 	--gap) export BENCH_GAP_MS=$2; shift 2 ;;
 	--critical-path) critical_path=1; shift ;;
 	--cgroup2) cgroup2_view=1; shift ;;
+	--ro-binary) ro_binary=1; shift ;;
 	-c) cp_runs=$2; shift 2 ;;
 	--keep-traces) keep_traces=$2; shift 2 ;;
 	-h | --help) usage 0 ;;
@@ -140,6 +145,7 @@ work=$(mktemp -d "$bench_dir/run.XXXXXX")
 # machine's /run is a plain directory on disk, and file creation there would dominate.
 mount -t tmpfs -o mode=0700 bench-state "$work"
 daemon_pid=
+ro_copy=
 # The daemon (by its pid), containers an interrupted run left in the roots, the work dir.
 # shellcheck disable=SC2317  # called through the trap
 cleanup() {
@@ -156,6 +162,7 @@ cleanup() {
 			done
 		done
 	done
+	[[ -n $ro_copy ]] && { umount "$ro_copy" 2>/dev/null || umount -l "$ro_copy" 2>/dev/null || true; }
 	umount "$work" 2>/dev/null || umount -l "$work" 2>/dev/null || true
 	rm -rf "$work"
 }
@@ -173,6 +180,14 @@ if [[ $use_crun -eq 1 ]]; then
 	crun_used=$CRUN
 fi
 export BENCH_FORKBOX=$FORKBOX BENCH_RUNC=$RUNC BENCH_CRUN=$crun_used
+export BENCH_FORKBOX_RO=
+if [[ $ro_binary -eq 1 ]]; then
+	ro_copy=$work/forkbox-ro
+	touch "$ro_copy"
+	mount --bind "$FORKBOX" "$ro_copy"
+	mount -o remount,bind,ro "$ro_copy"
+	BENCH_FORKBOX_RO=$ro_copy
+fi
 export BENCH_ZYGOTE_SOCKET=
 if [[ $use_zygote -eq 1 ]] && "$FORKBOX" daemon --help >/dev/null 2>&1; then
 	BENCH_ZYGOTE_SOCKET=$work/zygote.sock
@@ -222,6 +237,9 @@ def cleanup(binary, wrap, root, cid):
 # name -> (command builder, binary, wrapped?)
 subjects = {"forkbox": (runtime_cmd(os.environ["BENCH_FORKBOX"]), os.environ["BENCH_FORKBOX"], False),
             "runc": (runtime_cmd(os.environ["BENCH_RUNC"]), os.environ["BENCH_RUNC"], False)}
+if os.environ.get("BENCH_FORKBOX_RO"):
+    ro = os.environ["BENCH_FORKBOX_RO"]
+    subjects["forkbox (read-only mount)"] = (runtime_cmd(ro), ro, False)
 if crun and os.environ.get("BENCH_CGROUP2_VIEW"):
     subjects["crun"] = (runtime_cmd(crun), crun, False)  # pure v2: crun runs as it is
 elif crun:
@@ -349,7 +367,7 @@ if fb:
         if other in stats:
             print("ratio %s/forkbox: median %.2f, p90 %.2f" % (
                 other, stats[other][0] / fb[0], stats[other][1] / fb[1]))
-    for warm in ("forkbox --zygote run", "forkbox --zygote create+start+wait"):
+    for warm in ("forkbox (read-only mount)", "forkbox --zygote run", "forkbox --zygote create+start+wait"):
         if warm in stats:
             for other in ("runc", "crun", "forkbox"):
                 if other in stats:

@@ -505,6 +505,18 @@ ok"
 	done
 }
 
+@test "without a cgroup mount, the container's process is in its own cgroups from its first instruction" {
+	# On v1 and hybrid hosts create makes the v1 cgroups while init mounts, and init joins
+	# them before its cgroup mount: here, where there is none, before anything else runs.
+	update_config '.mounts |= map(select(.type != "cgroup")) | .linux.cgroupsPath = $p' --arg p "/$CID-cg"
+	run_sh 'cat /proc/self/cgroup'
+	assert_success
+	local line
+	for line in "${lines[@]}"; do
+		[[ $line == *":/$CID-cg" ]] || fail "not in the container's cgroup: $line"
+	done
+}
+
 @test "a time namespace with a boottime offset shifts the container's uptime" {
 	update_config '.linux.namespaces += [{"type": "time"}]
 		| .linux.timeOffsets = {"boottime": {"secs": 100000000, "nanosecs": 0},

@@ -71,6 +71,11 @@ kill_at_each() {
 	kill_at_each "$BUNDLE" "create: go" "create: cloned" "create: init ready" "create: state recorded"
 }
 
+@test "kills: create SIGKILLed as it makes the v1 cgroups after the clone, or as init joins them" {
+	kl_has_v1 || skip "no cgroup v1 hierarchy on this host"
+	kill_at_each "$BUNDLE" "${KL_V1_LATE_MARKS[@]}"
+}
+
 @test "kills: create SIGKILLed while init is at each of its steps: init exits by itself" {
 	kill_at_each "$BUNDLE" "${KL_INIT_MARKS[@]}"
 }
@@ -145,7 +150,8 @@ kill_at_each() {
 
 @test "kills: delete --force of a half-made container kills what runs in the cgroups it named" {
 	[[ -d /sys/fs/cgroup/memory ]] || skip "no cgroup v1 memory hierarchy"
-	kl_kill_create_at "$CID" "create: cgroups made" --bundle "$BUNDLE" || fail "no stop"
+	# The v1 cgroups exist from here (made after the clone, while init mounts).
+	kl_kill_create_at "$CID" "create: v1 cgroups made" --bundle "$BUNDLE" || fail "no stop"
 	# Not a process of forkbox's: only the cgroup names it.
 	local cg=/sys/fs/cgroup/memory/forkbox/$CID
 	[[ -d $cg ]] || fail "no cgroup $cg"

@@ -380,10 +380,17 @@ Result<void> remove_cgroups(const std::vector<std::string>& created) {
 }
 
 Result<std::vector<unique_fd>> CgroupPlacement::open_v1_task_files(const CgroupLayout& layout) const {
+    std::vector<std::string> dirs = dirs_;
+    for (size_t i = 0; i < dirs.size() && i < by_manager_.size(); ++i)
+        if (by_manager_[i]) dirs[i].clear();
+    return forkbox::open_v1_task_files(layout, dirs);
+}
+
+Result<std::vector<unique_fd>> open_v1_task_files(const CgroupLayout& layout, const std::vector<std::string>& dirs) {
     std::vector<unique_fd> fds;
-    for (size_t i = 0; i < layout.hierarchies.size() && i < dirs_.size(); ++i) {
-        if (layout.hierarchies[i].unified || dirs_[i].empty() || (i < by_manager_.size() && by_manager_[i])) continue;
-        std::string path = dirs_[i] + "/tasks";
+    for (size_t i = 0; i < layout.hierarchies.size() && i < dirs.size(); ++i) {
+        if (layout.hierarchies[i].unified || dirs[i].empty()) continue;
+        std::string path = dirs[i] + "/tasks";
         unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
         if (!fd) return sys_error("open " + path);
         fds.push_back(std::move(fd));

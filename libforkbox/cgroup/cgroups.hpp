@@ -93,6 +93,10 @@ private:
     bool spare_taken_everywhere_ = false;
 };
 
+// The same for a child that has the container's dirs but not the placement (made after it
+// was cloned): every v1 hierarchy's dir but the empty ones.
+Result<std::vector<unique_fd>> open_v1_task_files(const CgroupLayout& layout, const std::vector<std::string>& dirs);
+
 // Moves the calling (single-threaded) process into each cgroup by writing "0" to the `tasks`
 // files opened by the parent. Moving oneself this way skips the global threadgroup lock a
 // write of another pid to cgroup.procs takes, which costs an RCU grace period (~10-35 ms

@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <iterator>
 #include <optional>
 
 #include "libforkbox/base/clock.hpp"
@@ -320,6 +322,8 @@ private:
     Result<void> run_without_cgroups(const Error& refused, const std::vector<CgroupWrite>& writes);
     Result<void> prepare_systemd_unit(std::vector<CgroupWrite> writes);
     Result<void> start_systemd_unit();
+    bool v1_cgroups_may_follow_clone() const;
+    Result<void> place_v1_cgroups();
 
     const StateStore& store_;
     const CreateOptions& opt_;
@@ -348,6 +352,10 @@ private:
     WarmStart warm_;
     CgroupPlacement cgroups_;
     std::vector<std::string> mounted_cgroup_dirs_;  // without cgroups of its own: the caller's
+    // v1 hosts, cold: the v1 cgroups and their writes, made after the clone (place_v1_cgroups).
+    bool v1_cgroups_follow_ = false;
+    std::vector<CgroupWrite> v1_cgroup_writes_;
+    CgroupPlacement v1_cgroups_;
     // The systemd driver: the manager, the unit's properties but PIDs, and the cgroupfs writes
     // held back until the unit (and so its cgroups) exists. Declared after cgroups_: a unit
     // started by a create that fails is stopped before forkbox's own cgroups are removed.
@@ -481,7 +489,17 @@ Result<void> ContainerCreation::place_cgroups() {
     trace::mark("create: zygote answered");
     if (!plan_.systemd_unit.empty()) return prepare_systemd_unit(std::move(cgroup_writes));
     FB_TRY(record_cgroups(planned_cgroups(layout_, plan_.cgroups_path)));
-    auto placed = create_cgroups(layout_, plan_.cgroups_path, warm_.spare_cgroup);
+    // The v1 hierarchies' dirs are named now (init binds them), made after the clone.
+    std::vector<bool> made_later;
+    v1_cgroups_follow_ = v1_cgroups_may_follow_clone();
+    if (v1_cgroups_follow_) {
+        for (const auto& h : layout_.hierarchies) made_later.push_back(!h.unified);
+        auto v1 = std::stable_partition(cgroup_writes.begin(), cgroup_writes.end(),
+                                        [&](const CgroupWrite& w) { return layout_.hierarchies[w.hierarchy].unified; });
+        v1_cgroup_writes_.assign(std::make_move_iterator(v1), std::make_move_iterator(cgroup_writes.end()));
+        cgroup_writes.erase(v1, cgroup_writes.end());
+    }
+    auto placed = create_cgroups(layout_, plan_.cgroups_path, warm_.spare_cgroup, {}, made_later);
     if (!placed && rootless_mode().any() && is_permission_error(placed.error())) {
         // runc's contract for a delegated subtree: hierarchies the user was not given are
         // left alone, unless a limit needs them.
@@ -521,6 +539,34 @@ Result<void> ContainerCreation::place_cgroups() {
     state_.cgroup_dirs = cgroups_.dirs();
     state_.cgroup_dirs_created = removable_cgroups(layout_, cgroups_.created());
     trace::mark("create: cgroups made");
+    return {};
+}
+
+// On a v1 or hybrid host, the cold path makes the v1 cgroups (a mkdir per hierarchy, ~0.3 ms
+// here) while init mounts on the other CPU: init joins them before its cgroup mount binds
+// them, and before any hook or process of the container runs. Not when the cgroups must
+// exist first: a cgroup namespace (rooted where init is when it unshares), a user namespace
+// or the intermediate (init joins through fds opened by us), a zygote template, rootless
+// (a delegated subtree may refuse some), or the systemd driver.
+bool ContainerCreation::v1_cgroups_may_follow_clone() const {
+    bool any_v1 = std::any_of(layout_.hierarchies.begin(), layout_.hierarchies.end(),
+                              [](const CgroupHierarchy& h) { return !h.unified; });
+    return any_v1 && !rootless_mode().any() && plan_.systemd_unit.empty() && warm_.spare_cgroup.empty() &&
+           warm_.clone_flags() == 0 && !(plan_.new_namespaces & (CLONE_NEWCGROUP | CLONE_NEWUSER)) &&
+           !plan_.needs_intermediate();
+}
+
+Result<void> ContainerCreation::place_v1_cgroups() {
+    std::vector<bool> made_already;
+    for (const auto& h : layout_.hierarchies) made_already.push_back(h.unified);
+    FB_ASSIGN(v1_cgroups_, create_cgroups(layout_, plan_.cgroups_path, {}, {}, made_already));
+    FB_TRY(apply_cgroup_writes(v1_cgroup_writes_, layout_, cgroups_.dirs()));
+    std::vector<std::string> created = cgroups_.created();
+    created.insert(created.end(), v1_cgroups_.created().begin(), v1_cgroups_.created().end());
+    state_.cgroup_dirs_created = removable_cgroups(layout_, std::move(created));
+    trace::mark("create: v1 cgroups made");
+    // Unsent, init has died or reported an error: drive_init reads which next.
+    (void)sync_send(parent_end_.get(), SyncType::CgroupsPlaced);
     return {};
 }
 
@@ -658,6 +704,7 @@ Result<void> ContainerCreation::clone_and_drive_init() {
     args_.sync_fd = child_end_.get();
     args_.state_dir_fd = dir_->fd();
     args_.lock_fd = dir_->lock_fd();
+    args_.v1_cgroups_follow = v1_cgroups_follow_;
     args_.no_pivot = opt_.no_pivot;
     args_.unprivileged_parent = ::geteuid() != 0;
     args_.in_user_namespace = rootless_mode().in_user_namespace;
@@ -692,6 +739,7 @@ Result<void> ContainerCreation::clone_and_drive_init() {
     // hierarchies itself through these fds (see join_v1_cgroups).
     task_files.clear();
     if (systemd_) FB_TRY(start_systemd_unit());
+    if (v1_cgroups_follow_) FB_TRY(place_v1_cgroups());
 
     std::function<Result<void>()> while_init_works;
     if (device_program_while_init_works_)
@@ -767,6 +815,7 @@ Result<pid_t> ContainerCreation::finish() {
     child_guard_->dismiss();
     if (init_guard_) init_guard_->dismiss();
     cgroups_.commit();
+    v1_cgroups_.commit();
     if (systemd_unit_) systemd_unit_->armed = false;
     trace::mark("create: done");
     dir_guard_->armed = false;

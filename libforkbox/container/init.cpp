@@ -105,6 +105,20 @@ Result<void> intermediate_stage(InitArgs& a) {
     return {};
 }
 
+// InitArgs::v1_cgroups_follow: once `create` says the v1 cgroups exist, we join them (as
+// join_v1_cgroups: ourselves, through their `tasks` files); a no-op after the first call.
+Result<void> join_v1_cgroups_when_placed(InitArgs& a) {
+    if (!a.v1_cgroups_follow) return {};
+    a.v1_cgroups_follow = false;
+    FB_TRY_CTX(sync_expect(a.sync_fd, SyncType::CgroupsPlaced), "wait for the cgroups");
+    FB_ASSIGN(std::vector<unique_fd> files, open_v1_task_files(*a.cgroup_layout, a.cgroup_dirs));
+    std::vector<int> fds;
+    for (auto& f : files) fds.push_back(f.release());
+    FB_TRY(join_v1_cgroups(fds));
+    trace::mark("init: v1 cgroups joined");
+    return {};
+}
+
 Result<void> run_init(InitArgs& a, std::string& state_json) {
     const Plan& plan = *a.plan;
     // flock belongs to the open file, which the clone shares: keeping it would block every
@@ -176,10 +190,13 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
         FB_TRY(attach_cgroup_trees(ctx, cgroup_trees));
         trace::mark("init: rootfs joined");
     } else {
+        ctx.before_cgroup_mount = [&a] { return join_v1_cgroups_when_placed(a); };
         FB_TRY(prepare_rootfs(ctx));
         // Attached now: the host's copies of the bind sources must not outlive their use.
         for (int fd : a.bind_source_trees) ::close(fd);
         trace::mark("init: mounts done");
+        // Without a cgroup mount: now, before any hook or process of the container runs.
+        FB_TRY(join_v1_cgroups_when_placed(a));
 
         if (!plan.hooks.prestart.empty() || !plan.hooks.create_runtime.empty()) {
             FB_TRY(sync_send(a.sync_fd, SyncType::RuntimeHooks));

@@ -310,6 +310,7 @@ Result<void> mount_cgroups(const RootfsContext& ctx, int root_fd, const MountSte
     unsigned long rw_flags = flags & ~MS_RDONLY;
     const auto& layout = ctx.cgroup_layout;
     if (layout.mode == CgroupMode::None) return {};
+    if (ctx.before_cgroup_mount) FB_TRY(ctx.before_cgroup_mount());
     if (ctx.defer_cgroup_trees) {
         // A template: the mount points now, the container's own cgroups later, except the
         // spare v1 cgroups the builder was given, bound now.

@@ -2,6 +2,7 @@
 // devices, pivot_root, then masked and read-only paths.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct RootfsContext {
     // Bind sources opened by `create` before the clone, per plan.mounts index (-1: none): a
     // source the container's root cannot reach (in its user namespace) still mounts.
     const std::vector<int>* bind_source_trees = nullptr;
+    // Called before the first cgroup mount (cold path): init joins the v1 cgroups `create`
+    // made while it mounted, which the mount binds.
+    std::function<Result<void>()> before_cgroup_mount = {};
 };
 
 // Detached copies (open_tree) of the plan's bind sources, per plan.mounts index (empty fds

@@ -31,6 +31,7 @@ const char* sync_type_name(SyncType t) {
     case SyncType::SeccompListener: return "seccomp-listener";
     case SyncType::SeccompListenerDone: return "seccomp-listener-done";
     case SyncType::Recorded: return "recorded";
+    case SyncType::CgroupsPlaced: return "cgroups-placed";
     }
     return "unknown";
 }

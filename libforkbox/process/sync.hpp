@@ -1,7 +1,9 @@
 // Numbered, typed messages between `create` (parent) and container init (child) over a
 // SOCK_SEQPACKET socketpair. The protocol, in order:
 //
-//   parent -> child   Go              state JSON for hooks; cgroup placement is done
+//   parent -> child   Go              state JSON for hooks; cgroup placement is done, but
+//                                     for the v1 cgroups a cold create makes meanwhile:
+//   parent -> child   CgroupsPlaced   (InitArgs::v1_cgroups_follow) they exist now: join them
 //   child  -> parent  UsernsReady     (new user ns) write my uid/gid maps
 //   parent -> child   UsernsDone
 //   child  -> parent  InitPid         (intermediate only) value = host pid of init
@@ -37,6 +39,7 @@ enum class SyncType : uint32_t {
     SeccompListener,
     SeccompListenerDone,
     Recorded,
+    CgroupsPlaced,
 };
 
 struct SyncMessage {

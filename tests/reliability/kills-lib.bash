@@ -25,6 +25,10 @@ KL_INIT_MARKS=(
 # With a namespace joined by path: the intermediate process joins it and forks init
 # (CLONE_PARENT, so init is create's child too), and create learns init's pid.
 KL_INTERMEDIATE_MARKS=("intermediate: forked" "create: init pid" "init: forked")
+# On a v1 or hybrid host, cold: create makes the v1 cgroups after the clone, init joins them.
+KL_V1_LATE_MARKS=("create: v1 cgroups made" "init: v1 cgroups joined")
+# kl_has_v1: this host has a cgroup v1 hierarchy.
+kl_has_v1() { grep -q ' - cgroup ' /proc/self/mountinfo; }
 # With a new user namespace: create writes init's id maps.
 KL_USERNS_MARKS=("create: id maps written")
 # Past these, create has recorded init in state.json: init lives on (until delete).

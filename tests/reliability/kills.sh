@@ -221,6 +221,7 @@ random_kills() {
 
 SEQ=0
 CREATE_AND_INIT=("${KL_CREATE_MARKS[@]}" "${KL_INIT_MARKS[@]}")
+if kl_has_v1; then CREATE_AND_INIT+=("${KL_V1_LATE_MARKS[@]}"); fi
 
 # 1. Cold create, every step.
 RUNS=0 LEAKS=0
