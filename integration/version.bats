@@ -33,3 +33,15 @@ setup() { :; }
 	run runtime --version
 	assert_line --regexp '^spec: 1\.3\.[0-9]+'
 }
+
+@test "forkbox starts at its own entry point, which maps its pages before glibc's start-up" {
+	skip_if_runc "forkbox's start-up"
+	command -v readelf >/dev/null || skip "readelf (binutils) missing"
+	local entry symbol
+	entry=$(readelf -h "$FORKBOX" | awk '/Entry point address/ {print $NF}')
+	symbol=$(readelf -sW "$FORKBOX" | awk '$NF == "forkbox_entry" {print $2}')
+	[ -n "$symbol" ] || skip "$FORKBOX has no symbol table"
+	[ "$((entry))" -eq "$((16#$symbol))" ]
+	run runtime --version
+	assert_success
+}

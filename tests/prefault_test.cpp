@@ -7,6 +7,10 @@
 
 #include <cstdint>
 
+// The static forkbox's entry point calls it before glibc starts (prefault.cpp); here, in the
+// dynamically linked PIE test binary, it must find the same segments by its load bias.
+extern "C" void forkbox_populate_early(uintptr_t initial_stack);
+
 namespace {
 
 constexpr uintptr_t kPage = 4096;
@@ -45,6 +49,19 @@ TEST(Prefault, MapsTheStackBelowTheCaller) {
     ASSERT_EQ(::madvise(below, 4096, MADV_DONTNEED), 0);
     ASSERT_FALSE(page_present(below));
     forkbox::prefault::populate_stack();
+    EXPECT_TRUE(page_present(below));
+}
+
+TEST(Prefault, EarlyEntryMapsTheExecutableAndTheStackWithoutLibc) {
+    void* bss_page = untouched_bss + 2 * 4096;
+    char here;
+    void* below = page_of(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(&here) - 32 * 1024));
+    ASSERT_EQ(::madvise(bss_page, 4096, MADV_DONTNEED), 0);
+    ASSERT_EQ(::madvise(below, 4096, MADV_DONTNEED), 0);
+    ASSERT_FALSE(page_present(bss_page));
+    ASSERT_FALSE(page_present(below));
+    forkbox_populate_early(reinterpret_cast<uintptr_t>(&here));
+    EXPECT_TRUE(page_present(bss_page));
     EXPECT_TRUE(page_present(below));
 }
 
