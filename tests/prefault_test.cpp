@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 // The static forkbox's entry point calls it before glibc starts (prefault.cpp); here, in the
 // dynamically linked PIE test binary, it must find the same segments by its load bias.
@@ -50,6 +51,20 @@ TEST(Prefault, MapsTheStackBelowTheCaller) {
     ASSERT_FALSE(page_present(below));
     forkbox::prefault::populate_stack();
     EXPECT_TRUE(page_present(below));
+}
+
+TEST(Prefault, WritesTheHeapUpToTheBreak) {
+    // Three pages from the brk heap (below the mmap threshold): the middle one holds nothing
+    // of malloc's and can be dropped safely.
+    auto* block = static_cast<char*>(std::malloc(3 * 4096));
+    ASSERT_NE(block, nullptr);
+    void* middle = page_of(block + 4096 + 4095);
+    ASSERT_LT(reinterpret_cast<uintptr_t>(middle), reinterpret_cast<uintptr_t>(::sbrk(0)));
+    ASSERT_EQ(::madvise(middle, 4096, MADV_DONTNEED), 0);
+    ASSERT_FALSE(page_present(middle));
+    forkbox::prefault::populate_heap();
+    EXPECT_TRUE(page_present(middle));
+    std::free(block);
 }
 
 TEST(Prefault, EarlyEntryMapsTheExecutableAndTheStackWithoutLibc) {

@@ -2,9 +2,11 @@
 
 #include <elf.h>
 #include <link.h>
+#include <malloc.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdint>
 
@@ -79,6 +81,14 @@ void populate_stack() {
     populate(top - kStackBytes, top, MADV_POPULATE_WRITE);
 }
 
+void populate_heap() {
+    // The main arena is malloc's part of the brk heap, and ends at the break.
+    uintptr_t brk_now = reinterpret_cast<uintptr_t>(::sbrk(0));
+    size_t arena = ::mallinfo2().arena;
+    if (brk_now == static_cast<uintptr_t>(-1) || arena == 0 || arena > brk_now) return;
+    populate(page_down(brk_now - arena), page_up(brk_now), MADV_POPULATE_WRITE);
+}
+
 namespace {
 
 // Set by forkbox_populate_early (the static forkbox's entry point), which did it all already.
@@ -86,9 +96,11 @@ bool populated_early = false;
 
 // Before glibc's and libstdc++'s constructors, which are the first to fault on most pages.
 void populate_at_start(int, char**, char**) {
-    if (populated_early) return;
-    populate_executable();
-    populate_stack();
+    if (!populated_early) {
+        populate_executable();
+        populate_stack();
+    }
+    populate_heap();
 }
 
 }  // namespace
