@@ -12,7 +12,10 @@ such files, puts the lines of each container run together and prints a histogram
                               "create: clone" it wrote) to init's "init: exec", minus the
                               time init sat blocked on the exec fifo waiting for `start`
                               ("init: ready" to "init: started"): the work on the path, not
-                              the wait for the caller. In zygote mode the daemon is asked
+                              the wait for the caller. When the exec stub waits for `start`
+                              (no "init: started": init execs it once create has recorded
+                              it), from "init: ready" to "init: recorded"; the stub's own
+                              exec and its wait are not traced. In zygote mode the daemon is asked
                               (take_warm_namespaces) after "create: cgroups made" and before
                               "create: clone", so "create: clone" alone would hide the
                               round trip to the daemon.
@@ -39,6 +42,7 @@ CREATE_DONE = "create: done"
 START_DONE = "start: released"
 INIT_READY = "init: ready"
 INIT_STARTED = "init: started"
+INIT_RECORDED = "init: recorded"
 INIT_EXEC = "init: exec"
 REQUEST_MARKS = ("create: zygote", "create: cgroups made", "create: clone")
 
@@ -180,6 +184,8 @@ def spans(runs, wanted_request=None):
         req = request_mark(c, wanted_request)
         exec_t = r.init_first(INIT_EXEC)
         ready, started = r.init_first(INIT_READY), r.init_first(INIT_STARTED)
+        if started is None:
+            started = r.init_first(INIT_RECORDED)
         if req is not None and exec_t is not None and ready is not None and started is not None:
             out["request to first instruction"].append((exec_t - req - (started - ready)) / 1e3)
         if r.start:

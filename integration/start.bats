@@ -72,3 +72,83 @@ load helpers
 	assert_failure
 	assert_stderr_not_empty
 }
+
+# fd_targets PID: "N TARGET" for each of the process's fds above 2.
+fd_targets() {
+	local fd
+	for fd in /proc/"$1"/fd/*; do
+		[ "${fd##*/}" -gt 2 ] && echo "${fd##*/} $(readlink "$fd")"
+	done
+	return 0
+}
+
+# init_waits_itself_then_prints OUTPUT: creates $CID, whose init must wait for start as
+# forkbox itself (its exe not the stub's memfd), starts it and expects OUTPUT.
+init_waits_itself_then_prints() {
+	create_container "$CID"
+	local pid
+	pid=$(container_pid "$CID")
+	run readlink "/proc/$pid/exe"
+	refute_output --partial "memfd:"
+	runtime start "$CID"
+	wait_for_status "$CID" stopped
+	run container_out "$CID"
+	assert_output "$1"
+}
+
+@test "a created container's init waits for start as the exec stub, holding only the exec fifo" {
+	skip_if_runc "forkbox's exec stub (exec_guard.hpp)"
+	set_args /bin/fbhelper echo started
+	create_container "$CID"
+	local pid
+	pid=$(container_pid "$CID")
+	# Its exec is done before start: /proc/PID/exe is the sealed memfd, not the host binary.
+	run readlink "/proc/$pid/exe"
+	assert_output --partial "memfd:forkbox-exec"
+	# One fd above stdio: the fifo, O_PATH (no access mode), which names no directory.
+	run fd_targets "$pid"
+	assert_output --regexp "^[0-9]+ $ROOT/$CID/exec\.fifo\$"
+	local n=${output%% *}
+	[ ! -d "/proc/$pid/fd/$n" ]
+	local flags
+	flags=$(awk '/^flags:/ {print $2}' "/proc/$pid/fdinfo/$n")
+	(((8#$flags & 8#10000000) != 0)) || fail "fd $n is not O_PATH: flags $flags"
+	runtime start "$CID"
+	wait_for_status "$CID" stopped
+	run container_out "$CID"
+	assert_output started
+}
+
+@test "with a startContainer hook, init waits for start itself and the hook runs before the process" {
+	skip_if_runc "forkbox's exec stub (exec_guard.hpp)"
+	set_args /bin/sh -c 'cat /tmp/hook; echo process'
+	update_config '.root.readonly = false
+		| .hooks.startContainer = [{"path": "/bin/sh", "args": ["sh", "-c", "echo hook >/tmp/hook"]}]'
+	init_waits_itself_then_prints "hook
+process"
+}
+
+@test "without procfs at /proc in the container, init waits for start itself" {
+	skip_if_runc "forkbox's exec stub (exec_guard.hpp)"
+	set_args /bin/fbhelper echo started
+	update_config '.mounts |= map(select(.destination != "/proc"))
+		| .linux.maskedPaths = [] | .linux.readonlyPaths = []'
+	init_waits_itself_then_prints started
+}
+
+@test "with a filter refusing prctl, init waits for start itself (the stub could not make itself undumpable)" {
+	skip_if_runc "forkbox's exec stub (exec_guard.hpp)"
+	set_args /bin/fbhelper echo started
+	update_config '.process.noNewPrivileges = true
+		| .linux.seccomp = {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["prctl"], "action": "SCMP_ACT_KILL"}]}'
+	init_waits_itself_then_prints started
+}
+
+@test "a created container's init killed while it waits as the stub: the container is stopped" {
+	create_container "$CID"
+	run runtime kill "$CID" KILL
+	assert_success
+	wait_for_status "$CID" stopped
+	run --separate-stderr runtime start "$CID"
+	assert_failure
+}

@@ -92,6 +92,7 @@ public:
         path_ = ::mkdtemp(tmpl);
     }
     ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+    const std::string& path() const { return path_; }
     std::string file(const std::string& name, const std::string& text, mode_t mode) const {
         std::string p = path_ + "/" + name;
         int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
@@ -165,6 +166,8 @@ TEST(MakeExecStub, IsASealedCloseOnExecCopyOfTheImage) {
     struct stat st;
     ASSERT_EQ(::fstat(fd, &st), 0);
     EXPECT_EQ(st.st_size, off_t(img.size()));
+    // Executable, not readable: who may not read it gets a non-dumpable process from it.
+    EXPECT_EQ(st.st_mode & 07777, 0111u);
 }
 
 // ---- exec through the stub ----
@@ -264,4 +267,63 @@ TEST(ExecThroughStub, RefusesToRunWithoutAStub) {
     Ran r = exec_child(-1, {"/bin/true"});
     EXPECT_EQ(r.status, 98);
     EXPECT_NE(r.err.find("no exec stub"), std::string::npos) << r.err;
+}
+
+// ---- the stub waiting for `start` (container init) ----
+
+TEST(ExecThroughStub, TheStubWaitsForStartOnTheFifoThenRunsTheProgram) {
+    auto stub = make_exec_stub();
+    ASSERT_TRUE(stub.has_value());
+    TempDir dir;
+    std::string fifo = dir.path() + "/exec.fifo";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    int out[2];
+    ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+        ::dup2(out[1], 1);
+        int path_fd = ::open(fifo.c_str(), O_PATH);
+        std::string sh = "/bin/sh", c = "-c", cmd = "echo ran";
+        char* argv[] = {sh.data(), c.data(), cmd.data(), nullptr};
+        char* envp[] = {nullptr};
+        auto r = exec_through_stub(stub->get(), sh, argv, envp, nullptr, -1, path_fd);
+        dprintf(2, "returned: %s\n", r.error().what().c_str());
+        _exit(98);
+    }
+    ::close(out[1]);
+    // The stub runs (its exe is the memfd) and waits: the program has not run.
+    std::string exe;
+    for (int i = 0; i < 400 && exe.find("memfd:forkbox-exec") == std::string::npos; ++i) {
+        char buf[256] = {};
+        if (::readlink(("/proc/" + std::to_string(pid) + "/exe").c_str(), buf, sizeof buf - 1) > 0) exe = buf;
+        ::usleep(5000);
+    }
+    EXPECT_NE(exe.find("memfd:forkbox-exec"), std::string::npos) << exe;
+    int status = 0;
+    EXPECT_EQ(::waitpid(pid, &status, WNOHANG), 0);
+    // `start`: open for reading, take the byte, then the EOF of the program's exec.
+    int reader = ::open(fifo.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(reader, 0);
+    char byte = 0;
+    EXPECT_EQ(::read(reader, &byte, 1), 1);
+    EXPECT_EQ(byte, '0');
+    EXPECT_EQ(::read(reader, &byte, 1), 0);
+    ::close(reader);
+    EXPECT_EQ(read_all(out[0]), "ran\n");
+    ::close(out[0]);
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+TEST(ExecThroughStub, OnlyTheStubMayWaitForStart) {
+    Ran r = run_child([] {
+        std::string t = "/bin/true";
+        char* argv[] = {t.data(), nullptr};
+        char* envp[] = {nullptr};
+        auto res = exec_through_stub(-1, t, argv, envp, nullptr, -1, 0);
+        dprintf(2, "returned: %s\n", res.error().what().c_str());
+        _exit(98);
+    });
+    EXPECT_EQ(r.status, 98);
+    EXPECT_NE(r.err.find("no exec stub to wait for start"), std::string::npos) << r.err;
 }

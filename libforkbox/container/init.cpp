@@ -119,6 +119,31 @@ Result<void> join_v1_cgroups_when_placed(InitArgs& a) {
     return {};
 }
 
+// Every fd from `first` on close-on-exec, but `keep`.
+void mark_fds_close_on_exec(int first, int keep = -1) {
+    auto from = static_cast<unsigned>(first);
+    if (keep < first) {
+        sys::close_range(from, ~0U, CLOSE_RANGE_CLOEXEC);
+        return;
+    }
+    if (keep > first) sys::close_range(from, static_cast<unsigned>(keep) - 1, CLOSE_RANGE_CLOEXEC);
+    sys::close_range(static_cast<unsigned>(keep) + 1, ~0U, CLOSE_RANGE_CLOEXEC);
+}
+
+// An O_PATH fd of the exec fifo (not close-on-exec), when the stub will reach the fifo
+// through /proc/self/fd/N: procfs there, seen as we see it now (same mounts, same pid and fd
+// table after the exec). Else none, and init waits for `start` itself.
+unique_fd fifo_the_stub_can_reopen(int state_dir_fd) {
+    unique_fd fifo(::openat(state_dir_fd, kExecFifo, O_PATH));
+    struct stat direct {}, through_proc {};
+    if (!fifo || ::fstat(fifo.get(), &direct) < 0) return {};
+    std::string path = "/proc/self/fd/" + std::to_string(fifo.get());
+    if (::stat(path.c_str(), &through_proc) < 0 || direct.st_dev != through_proc.st_dev ||
+        direct.st_ino != through_proc.st_ino)
+        return {};
+    return fifo;
+}
+
 Result<void> run_init(InitArgs& a, std::string& state_json) {
     const Plan& plan = *a.plan;
     // flock belongs to the open file, which the clone shares: keeping it would block every
@@ -248,6 +273,17 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     bool seccomp_while_waiting = a.seccomp && !seccomp_early && plan.hooks.start_container.empty() &&
                                  filter_allows_the_wait(*a.seccomp);
     bool seccomp_while_recorded = seccomp_while_waiting && filter_allows_the_wait_for_recorded(*a.seccomp);
+    // The exec stub waits for `start` itself when nothing of forkbox's is left to do here after
+    // it (startContainer hooks, a filter loaded at the exec): exec'd once create has recorded
+    // us, its ~0.5 ms exec runs while create exits and `start` comes, not after `start`.
+    // The filter, loaded before the stub runs, must let it make itself undumpable (prctl);
+    // loaded already, also let the check below through (stat).
+    bool stub_may_wait = !a.seccomp || ((seccomp_while_waiting || (seccomp_early &&
+                                         seccomp_allows_any_arguments(a.seccomp->bpf, SYS_newfstatat))) &&
+                                        seccomp_allows_any_arguments(a.seccomp->bpf, SYS_prctl));
+    unique_fd start_fifo;
+    if (a.exec_stub_fd >= 0 && plan.hooks.start_container.empty() && stub_may_wait)
+        start_fifo = fifo_the_stub_can_reopen(a.state_dir_fd);
 
     // Off before Ready: create may exit as soon as it has read it and recorded us. From
     // here a dead create shows as the socket's EOF instead of Recorded, and we exit.
@@ -274,6 +310,18 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
         trace::mark("init: seccomp loaded");
     }
 
+    if (start_fifo) {
+        // No host fd may survive into the container (CVE-2024-21626 class) but the fifo's
+        // O_PATH fd, which the stub closes before its exec: it names one file, no directory.
+        mark_fds_close_on_exec(3 + a.preserve_fds, start_fifo.get());
+        sys::close_range(static_cast<unsigned>(a.state_dir_fd), static_cast<unsigned>(a.state_dir_fd), CLOSE_RANGE_CLOEXEC);
+        trace::mark("init: exec");
+        (void)exec_through_stub(a.exec_stub_fd, exe, argv.data(), envp.data(), a.seccomp, -1, start_fifo.get());
+        // The stub could not be exec'd: wait here, as without it, where the failure to exec
+        // it (and its fallbacks) is met and reported again after `start`.
+        start_fifo.reset();
+    }
+
     // Blocks until `start` opens the other end.
     int fifo = ::openat(a.state_dir_fd, kExecFifo, O_WRONLY | O_CLOEXEC);
     if (fifo < 0) return sys_error("open exec fifo");
@@ -286,7 +334,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     FB_TRY(run_hooks(plan.hooks.start_container, state_json, "startContainer"));
 
     // No host fd may survive into the container (CVE-2024-21626 class).
-    sys::close_range(static_cast<unsigned>(3 + a.preserve_fds), ~0U, CLOSE_RANGE_CLOEXEC);
+    mark_fds_close_on_exec(3 + a.preserve_fds);
     trace::mark("init: fds closed");
     if (a.seccomp && !seccomp_early && !seccomp_while_waiting) FB_TRY(load_seccomp(*a.seccomp));
     trace::mark("init: exec");

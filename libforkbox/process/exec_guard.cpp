@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -77,11 +78,18 @@ Result<unique_fd> make_exec_stub() {
     // file does not count as a writer (i_writecount), so exec gives no ETXTBSY.
     if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0)
         return sys_error("exec stub: seal memfd");
+    // Executable, not readable: a process exec'd from a file its user may not read is not
+    // dumpable (the kernel's would_dump), so a container user can neither ptrace the stub
+    // nor open its /proc files while it waits for `start`.
+    if (::fchmod(fd.get(), 0111) < 0) return sys_error("exec stub: chmod memfd");
     return fd;
 }
 
 Result<void> exec_through_stub(int stub_fd, const std::string& exe, char* const argv[],
-                               char* const envp[], const SeccompProgram* filter, int error_fd) {
+                               char* const envp[], const SeccompProgram* filter, int error_fd,
+                               int start_fifo_fd) {
+    bool waits_for_start = start_fifo_fd >= 0;
+    if (waits_for_start && stub_fd < 0) return fail(EBADF, "exec: no exec stub to wait for start");
     if (stub_fd < 0) {
         // Never unguarded by mistake: only when the parent found the binary write-protected.
         if (exe_protection != 1) return fail(EBADF, "exec: no exec stub");
@@ -93,7 +101,9 @@ Result<void> exec_through_stub(int stub_fd, const std::string& exe, char* const 
     char fd_arg[16] = "-";
     if (error_fd >= 0) std::snprintf(fd_arg, sizeof fd_arg, "%d", error_fd);
     // The stub's argv: name, error fd, path to exec, then the program's own argv.
-    std::vector<char*> stub_argv{const_cast<char*>("forkbox-exec"), fd_arg, const_cast<char*>(exe.c_str())};
+    // argv[0] names the stub's mode (exec_stub.c).
+    std::string name = waits_for_start ? "forkbox-start:" + std::to_string(start_fifo_fd) : "forkbox-exec";
+    std::vector<char*> stub_argv{name.data(), fd_arg, const_cast<char*>(exe.c_str())};
     for (char* const* a = argv; *a; ++a) stub_argv.push_back(*a);
     stub_argv.push_back(nullptr);
 
@@ -111,7 +121,7 @@ Result<void> exec_through_stub(int stub_fd, const std::string& exe, char* const 
     char path[32];
     std::snprintf(path, sizeof path, "/proc/self/fd/%d", stub_fd);
     ::execve(path, stub_argv.data(), envp);
-    if (errno != ENOENT && errno != ENOTDIR) return sys_error("exec through " + std::string(path));
+    if (waits_for_start || (errno != ENOENT && errno != ENOTDIR)) return sys_error("exec through " + std::string(path));
     // No procfs at /proc: neither "#!/proc/self/exe" nor /proc/PID/exe can reach this
     // binary, so the program may be exec'd directly.
     if (error_fd >= 0) ::fcntl(error_fd, F_SETFD, FD_CLOEXEC);

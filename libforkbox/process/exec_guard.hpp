@@ -10,7 +10,9 @@
 // the kernel resolves the program's interpreter, /proc/self/exe is that anonymous, sealed,
 // per-container copy. Copying the 30 MB forkbox binary instead would cost milliseconds.
 //
-// The stub's exec costs ~0.5 ms on PVM guests (a whole address space more). It is left out
+// The stub's exec costs ~0.5 ms on PVM guests (a whole address space more). Container init
+// execs it before `start` and lets it wait for `start` (start_fifo_fd below), so that the
+// cost is paid while create exits and the caller gets to `start`. It is left out
 // when nothing can write the binary through /proc/self/exe anyway: forkbox was exec'd from
 // a read-only mount or filesystem (exe_write_protected), where every open for writing
 // fails with EROFS whoever asks, the container's root included (it cannot remount a mount
@@ -59,8 +61,13 @@ bool exe_write_protected();
 //    (one native int) and exits 127; the fd is close-on-exec for the program, so the
 //    reader sees EOF when the exec succeeded. error_fd < 0: the stub prints
 //    `forkbox: exec: "ARGV0": TEXT` (Go's errno text, init's wording) to fd 2, exits 127.
+//  * start_fifo_fd >= 0 (container init, before `start`): an O_PATH fd of the exec fifo,
+//    not close-on-exec. The stub waits for `start` on it (reopened through /proc/self/fd)
+//    before it execs the program, so that its own exec is done before `start` comes. Only
+//    the stub may do that wait: without one (stub_fd < 0), or when it cannot be exec'd, this
+//    returns the error and execs nothing.
 Result<void> exec_through_stub(int stub_fd, const std::string& exe, char* const argv[],
                                char* const envp[], const SeccompProgram* filter = nullptr,
-                               int error_fd = -1);
+                               int error_fd = -1, int start_fifo_fd = -1);
 
 }  // namespace forkbox

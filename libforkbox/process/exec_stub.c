@@ -12,6 +12,11 @@
  * argv: [0] any name  [1] error fd: decimal, or "-" for none  [2] path to exec
  *       [3...] the program's argv (argv[3] is its argv[0])
  * The environment is passed through unchanged.
+ * argv[0] "forkbox-start:N": container init's stub, exec'd before `start`. N is an O_PATH fd
+ * of the container's exec fifo; the stub opens it for writing through /proc/self/fd/N (which
+ * blocks until `start` opens it for reading), writes the byte `start` waits for, closes N and
+ * execs the program: the fifo's write end is close-on-exec, so `start` sees its EOF once the
+ * program runs. A failure there prints "forkbox: exec fifo: TEXT" to fd 2 and exits 1.
  * On failure: with an error fd, the errno goes there as one native int (the fd is marked
  * close-on-exec first, so a successful exec closes it: EOF means success); without one,
  * "forkbox: exec: \"ARGV0\": TEXT" goes to fd 2 in Go's wording, as init says it. Exit 127.
@@ -23,6 +28,7 @@
 #include <asm/unistd.h>
 #include <linux/errno.h>
 #include <linux/fcntl.h>
+#include <linux/prctl.h>
 
 #if !defined(__x86_64__) && !defined(__aarch64__)
 #error "exec-stub: only x86_64 and aarch64 are supported"
@@ -132,6 +138,55 @@ __attribute__((noreturn)) static void leave(int code)
 		sys3(__NR_exit_group, code, 0, 0);
 }
 
+/* The N of "forkbox-start:N", else -1. */
+static int start_fifo_fd(const char *name)
+{
+	static const char prefix[] = "forkbox-start:";
+	for (size_t i = 0; i + 1 < sizeof prefix; i++)
+		if (name[i] != prefix[i])
+			return -1;
+	int fd = parse_fd(name + sizeof prefix - 1);
+	return fd >= 0 ? fd : -1;
+}
+
+__attribute__((noreturn)) static void fifo_failed(long rc)
+{
+	put("forkbox: exec fifo: ");
+	put_errno((int)-rc);
+	put("\n");
+	leave(1);
+}
+
+/* Opens the exec fifo (O_PATH fd `fd`) for writing, which waits for `start`, and writes
+ * its byte. The write end stays open, close-on-exec, until the program's execve. */
+static void wait_for_start(int fd)
+{
+	char path[32] = "/proc/self/fd/";
+	char digits[12], *p = digits + sizeof digits;
+	*--p = 0;
+	unsigned v = (unsigned)fd;
+	do
+		*--p = (char)('0' + v % 10);
+	while (v /= 10);
+	size_t at = length(path);
+	while (*p)
+		path[at++] = *p++;
+	path[at] = 0;
+	long w;
+	do
+		w = sys3(__NR_openat, AT_FDCWD, (long)path, O_WRONLY | O_CLOEXEC);
+	while (w == -EINTR);
+	if (w < 0)
+		fifo_failed(w);
+	long n;
+	do
+		n = sys3(__NR_write, w, (long)"0", 1);
+	while (n == -EINTR);
+	if (n != 1)
+		fifo_failed(n < 0 ? n : -EIO);
+	sys3(__NR_close, fd, 0, 0);
+}
+
 __attribute__((noreturn, used)) void stub_main(long *sp)
 {
 	int argc = (int)sp[0];
@@ -141,6 +196,14 @@ __attribute__((noreturn, used)) void stub_main(long *sp)
 	if (err_fd == -2) {
 		put("forkbox-exec: not to be run directly\n");
 		leave(127);
+	}
+	int fifo_fd = start_fifo_fd(argv[0]);
+	if (fifo_fd >= 0) {
+		/* As init was until its exec: nothing in the container may open our /proc files
+		 * or ptrace us while we wait. (Exec'd by a user who may not read the stub, which
+		 * is mode 0111, the kernel made us so already.) */
+		sys3(__NR_prctl, PR_SET_DUMPABLE, 0, 0);
+		wait_for_start(fifo_fd);
 	}
 	if (err_fd >= 0)
 		sys3(__NR_fcntl, err_fd, F_SETFD, FD_CLOEXEC);
