@@ -916,6 +916,22 @@ createContainer"
 	[ "${#lines[@]}" -eq 5 ]
 }
 
+@test "run runs the hooks of every phase, poststop when it deletes the container" {
+	setup_hooks
+	all_hooks
+	set_args /bin/fbhelper true
+	run runtime run --bundle "$BUNDLE" "$CID"
+	assert_success
+	run cat "$HOOKS/order"
+	assert_output "prestart
+createRuntime
+createContainer
+poststart
+poststop"
+	run jq -r .status "$HOOKS/poststop.json"
+	assert_output stopped
+}
+
 @test "poststart hooks run during start, before start returns" {
 	skip_if_runc "runc 1.1 runs poststart hooks at the end of create (conformance/KNOWN.md: poststart)"
 	setup_hooks

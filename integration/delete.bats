@@ -157,3 +157,23 @@ load helpers
 	run runtime list -q
 	assert_output ""
 }
+
+# A create killed between its mkdir and the rename of its state directory leaves a staging
+# directory ("~..."): delete --force, and run's own delete, sweep those older than a minute.
+@test "delete --force and run remove the staging directories crashed creates left" {
+	skip_if_runc "forkbox's state directories"
+	mkdir -p "$ROOT"
+	mkdir "$ROOT/~crashed-1" "$ROOT/~crashed-2" "$ROOT/~young"
+	: >"$ROOT/~crashed-1/lock"
+	touch -d '-2 minutes' "$ROOT/~crashed-1" "$ROOT/~crashed-2"
+	set_args /bin/fbhelper true
+	run runtime run --bundle "$BUNDLE" "$CID"
+	assert_success
+	[ ! -e "$ROOT/~crashed-1" ] && [ ! -e "$ROOT/~crashed-2" ]
+	# Young: maybe a create between its mkdir and its lock.
+	[ -d "$ROOT/~young" ]
+	touch -d '-2 minutes' "$ROOT/~young"
+	run runtime delete --force no-such-container
+	assert_success
+	[ ! -e "$ROOT/~young" ]
+}

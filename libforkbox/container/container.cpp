@@ -222,13 +222,13 @@ void kill_half_made(const ContainerState& s) {
     thaw_killed(s);
 }
 
-Result<void> destroy(ContainerDir& dir, const ContainerState& s) {
+Result<void> destroy(ContainerDir& dir, const ContainerState& s, bool poststop_hooks = true) {
     if (s.pid > 0) FB_TRY(kill_and_wait(s));
     if (s.pid <= 0) kill_half_made(s);
     else if (!s.own_pid_namespace) signal_all(s, SIGKILL);
     if (!s.systemd_unit.empty()) stop_systemd_unit(s);
     auto cg = remove_cgroups(s.cgroup_dirs_created);
-    run_poststop_hooks_of(dir, s);
+    if (poststop_hooks) run_poststop_hooks_of(dir, s);
     FB_TRY(dir.remove());
     return cg;
 }
@@ -409,8 +409,8 @@ Result<std::vector<pid_t>> container_pids(const StateStore& store, const std::st
     return cgroup_pids(first_cgroup_dir(info.state.cgroup_dirs));
 }
 
-Result<void> delete_container(const StateStore& store, const std::string& id, bool force) {
-    if (force) store.remove_stale_staging();
+Result<void> delete_container(const StateStore& store, const std::string& id, bool force, const KnownToRun& known) {
+    if (force && !known.staging_swept) store.remove_stale_staging();
     auto opened = open_existing(store, id, force ? StateStore::Lock::Force : StateStore::Lock::Exclusive);
     if (!opened) {
         if (force && opened.error().errnum() == ENOENT) return {};
@@ -432,7 +432,7 @@ Result<void> delete_container(const StateStore& store, const std::string& id, bo
             return fail(EINVAL, "cannot delete container " + id + " that is not stopped: " +
                                     status_name(info->status));
     }
-    return destroy(dir, info->state);
+    return destroy(dir, info->state, known.poststop_hooks);
 }
 
 }  // namespace forkbox

@@ -51,6 +51,8 @@ struct ContainerInfo {
 class CreationRemains {
 public:
     virtual ~CreationRemains() = default;
+    // Whether the config has poststop hooks: `run`'s delete then need not read config.json.
+    virtual bool has_poststop_hooks() const = 0;
 };
 
 // Creates the container and leaves init waiting on the exec fifo. Returns init's pid.
@@ -68,7 +70,14 @@ Result<void> pause_container(const StateStore& store, const std::string& id);
 Result<void> resume_container(const StateStore& store, const std::string& id);
 // Pids in the container's cgroup (`ps`); none once it has stopped, as runc.
 Result<std::vector<pid_t>> container_pids(const StateStore& store, const std::string& id);
-Result<void> delete_container(const StateStore& store, const std::string& id, bool force);
+// What `run` knows of its own container when it deletes it, which delete would otherwise
+// find out on the critical path.
+struct KnownToRun {
+    bool staging_swept = false;     // StateStore::remove_stale_staging ran during the run
+    bool poststop_hooks = true;     // false: config.json has none, and is not read for them
+};
+Result<void> delete_container(const StateStore& store, const std::string& id, bool force,
+                              const KnownToRun& known = {});
 // Writes new limits into a running (or paused, or created) container's cgroup.
 Result<void> update_container(const StateStore& store, const std::string& id, const oci::Resources& resources);
 Result<ContainerInfo> container_info(const StateStore& store, const std::string& id);

@@ -299,6 +299,7 @@ class ContainerCreation : public CreationRemains {
 public:
     ContainerCreation(const StateStore& store, const CreateOptions& opt, unique_fd* pty_master)
         : store_(store), opt_(opt), pty_master_(pty_master) {}
+    bool has_poststop_hooks() const override { return !plan_.hooks.poststop.empty(); }
     ContainerCreation(const ContainerCreation&) = delete;
     ContainerCreation& operator=(const ContainerCreation&) = delete;
 

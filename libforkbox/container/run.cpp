@@ -143,6 +143,8 @@ Result<int> run_container(const StateStore& store, const RunOptions& opt) {
     std::unique_ptr<CreationRemains> remains;
     FB_ASSIGN(pid_t init, create_container(store, opt.create, &pty_master, &remains));
     auto started = start_container(store, id);
+    KnownToRun known;
+    known.poststop_hooks = remains->has_poststop_hooks();
     // Freed while init execs, on the other CPU, and without copying pages it shares.
     remains.reset();
     if (!started) {
@@ -151,6 +153,10 @@ Result<int> run_container(const StateStore& store, const RunOptions& opt) {
         return std::unexpected(started.error());
     }
     if (owns) FB_TRY(signals.block_cancels());
+    // delete --force's sweep of what crashed creates left, done while the container runs
+    // rather than after it exits.
+    store.remove_stale_staging();
+    known.staging_swept = true;
     trace::mark("run: started");
     auto exit = supervise_foreground(init, signals, pty_master.get(), supervision);
     trace::mark("run: exited");
@@ -163,7 +169,7 @@ Result<int> run_container(const StateStore& store, const RunOptions& opt) {
     if (exit->cancelled_by)
         log::info("container " + id + " killed: forkbox run got SIG" + std::string(sigabbrev_np(exit->cancelled_by)));
     if (!opt.keep) {
-        if (auto r = delete_container(store, id, true); !r) log::warn("delete " + id + ": " + r.error().what());
+        if (auto r = delete_container(store, id, true, known); !r) log::warn("delete " + id + ": " + r.error().what());
         else if (guardian) guardian->dismiss();
     }
     trace::mark("run: deleted");
