@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run-true.sh - whole-process wall time of `RUNTIME run` of a busybox `true` bundle:
-# forkbox against runc (and crun when installed), in alternating order inside one
+# forkbox against runc (and crun when installed), in a new random order every round (BENCH_SEED) inside one
 # timing loop, each run with a fresh container id and (unless --shared-root) its own --root.
 # Every runtime runs the same config.json: runc's template plus the seccomp profile that
 # `forkbox spec` writes (--no-seccomp leaves it out).
@@ -204,6 +204,7 @@ fi
 python3 - <<'PY'
 import math
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -323,11 +324,15 @@ for name in list(order):
 for name in failures:
     failures[name] = 0
 
-# Alternate: forwards on even rounds, backwards on odd ones, so no runtime always
-# follows the same neighbour.
+# Every round in a new random order, so that no subject always follows the same neighbour:
+# a fixed or mirrored order put the read-only subject right after a zygote subject half the
+# time, while the daemon refilled its pool, and the cold subject never.
 gap = float(os.environ.get("BENCH_GAP_MS") or 0) / 1000
+shuffler = random.Random(int(os.environ.get("BENCH_SEED") or 1))
 for i in range(runs):
-    for name in (order if i % 2 == 0 else order[::-1]):
+    names = list(order)
+    shuffler.shuffle(names)
+    for name in names:
         if gap:
             time.sleep(gap)
         once(name, record=True)
