@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run-true.sh - whole-process wall time of `RUNTIME run` of a busybox `true` bundle:
-# forkbox against runc (and crun when installed), in a new random order every round (BENCH_SEED) inside one
-# timing loop, each run with a fresh container id and (unless --shared-root) its own --root.
+# forkbox against runc (and crun when installed), in a new random order every round inside
+# one timing loop, each run with a fresh container id and (unless --shared-root) its own --root.
 # Every runtime runs the same config.json: runc's template plus the seccomp profile that
 # `forkbox spec` writes (--no-seccomp leaves it out).
 #
@@ -48,6 +48,7 @@
 #            runc with itself, to check the harness before forkbox builds)
 #   RUNC     default /usr/sbin/runc, or runc on PATH
 #   CRUN     default crun on PATH
+#   BENCH_SEED  seed of the per-round shuffle of the subjects (default 1)
 #
 # crun refuses this machine's hybrid cgroup layout, so it runs through a wrapper that
 # enters a private mount namespace, unmounts /sys/fs/cgroup/unified there (crun then uses
