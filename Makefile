@@ -20,9 +20,12 @@ LDFLAGS ?=
 LIBS := -lseccomp -lyajl -lcap -lboost_program_options
 # forkbox is linked statically: a dynamic start-up (ld.so, libstdc++, boost) costs ~3 ms
 # per invocation, and create/start/delete are each an invocation on the critical path.
+STATIC_LIBS := -static -lseccomp -lyajl_s -lcap -lboost_program_options
 # The entry point maps the executable's pages in bulk before glibc's start-up faults on
-# them one by one (libforkbox/base/prefault.cpp).
+# them one by one (libforkbox/base/prefault.cpp; x86_64 only).
+ifeq ($(shell uname -m),x86_64)
 STATIC_LIBS := -static -Wl,-e,forkbox_entry -lseccomp -lyajl_s -lcap -lboost_program_options
+endif
 
 LIB_SRCS := $(sort $(wildcard oci/*.cpp libforkbox/*.cpp libforkbox/*/*.cpp))
 CMD_SRCS := $(sort $(wildcard cmd/*.cpp))

@@ -10,7 +10,9 @@
 
 // The static forkbox's entry point calls it before glibc starts (prefault.cpp); here, in the
 // dynamically linked PIE test binary, it must find the same segments by its load bias.
+#if defined(__x86_64__)
 extern "C" void forkbox_populate_early(uintptr_t initial_stack);
+#endif
 
 namespace {
 
@@ -67,6 +69,7 @@ TEST(Prefault, WritesTheHeapUpToTheBreak) {
     std::free(block);
 }
 
+#if defined(__x86_64__)
 TEST(Prefault, EarlyEntryMapsTheExecutableAndTheStackWithoutLibc) {
     void* bss_page = untouched_bss + 2 * 4096;
     char here;
@@ -79,5 +82,6 @@ TEST(Prefault, EarlyEntryMapsTheExecutableAndTheStackWithoutLibc) {
     EXPECT_TRUE(page_present(bss_page));
     EXPECT_TRUE(page_present(below));
 }
+#endif
 
 }  // namespace

@@ -106,6 +106,7 @@ void populate_at_start(int, char**, char**) {
 }  // namespace
 }  // namespace forkbox::prefault
 
+#if defined(__x86_64__)
 // The ELF header as mapped, from the linker: the program headers follow it at e_phoff.
 extern "C" const ElfW(Ehdr) __ehdr_start __attribute__((visibility("hidden")));
 
@@ -158,6 +159,7 @@ forkbox_entry:
     jmp _start
     .size forkbox_entry, . - forkbox_entry
 )");
+#endif  // x86_64: elsewhere the Makefile keeps glibc's entry point, and the preinit entry does it
 
 __attribute__((section(".preinit_array"), used)) static void (*const forkbox_populate_at_start)(int, char**, char**) =
     forkbox::prefault::populate_at_start;
