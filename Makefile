@@ -94,7 +94,7 @@ STUB_CFLAGS := -Os -ffreestanding -fno-builtin -fno-stack-protector -fno-pie -no
 	-fno-asynchronous-unwind-tables -fno-unwind-tables -nostdlib -static -s \
 	-Wl,--build-id=none -Wl,-z,noexecstack -Wl,-z,norelro -Wl,-z,noseparate-code \
 	-Wall -Wextra -Werror
-$(BUILD)/exec-stub: libforkbox/process/exec_stub.c
+$(BUILD)/exec-stub: libforkbox/process/exec_stub.c libforkbox/process/waiting_init_signals.h
 	@mkdir -p $(BUILD)
 	$(CC) $(STUB_CFLAGS) -o $@ $<
 

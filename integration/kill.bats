@@ -77,6 +77,67 @@ start_sigwait() {
 	wait_for_status "$CID" stopped
 }
 
+# term_ends_created_container [stub|itself]: kill TERM of a created $CID ends its init
+# (which waits for start as pid 1, where TERM's default action does nothing) and the
+# container is stopped. With an argument, forkbox's init must wait as the exec stub or itself.
+term_ends_created_container() {
+	create_container "$CID"
+	local pid
+	pid=$(container_pid "$CID")
+	if [[ $# -gt 0 ]] && ! is_runc; then
+		run readlink "/proc/$pid/exe"
+		if [[ $1 == stub ]]; then assert_output --partial "memfd:forkbox-exec"; else refute_output --partial "memfd:"; fi
+	fi
+	run runtime kill "$CID" TERM
+	assert_success
+	wait_for_pid_gone "$pid"
+	wait_for_status "$CID" stopped
+	run --separate-stderr runtime start "$CID"
+	assert_failure
+}
+
+@test "kill TERM of a created container ends it, as runc's does" {
+	term_ends_created_container stub
+}
+
+@test "kill TERM of a created container whose init waits for start itself (startContainer hook) ends it" {
+	update_config '.hooks.startContainer = [{"path": "/bin/sh", "args": ["sh", "-c", "true"]}]'
+	term_ends_created_container itself
+}
+
+@test "kill TERM of a created container ends it under a filter refusing rt_sigaction" {
+	# The stub could not catch TERM: init waits itself, with its handlers from before the filter.
+	update_config '.process.noNewPrivileges = true
+		| .linux.seccomp = {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["rt_sigaction"], "action": "SCMP_ACT_ERRNO"}]}'
+	term_ends_created_container itself
+}
+
+@test "kill HUP, INT and QUIT of created containers end them too" {
+	local sig
+	for sig in HUP INT QUIT; do
+		create_container "$CID"
+		local pid
+		pid=$(container_pid "$CID")
+		runtime kill "$CID" "$sig"
+		wait_for_pid_gone "$pid"
+		wait_for_status "$CID" stopped
+		runtime delete "$CID"
+	done
+}
+
+@test "kill USR1 of a created container does nothing, as runc's (Go drops it); start runs it" {
+	set_args /bin/fbhelper echo started
+	create_container "$CID"
+	runtime kill "$CID" USR1
+	sleep 0.3
+	run container_status "$CID"
+	assert_output created
+	runtime start "$CID"
+	wait_for_status "$CID" stopped
+	run container_out "$CID"
+	assert_output started
+}
+
 @test "kill of a stopped container fails" {
 	run runtime run --keep --bundle "$BUNDLE" "$CID"
 	assert_success

@@ -4,6 +4,7 @@
 
 #include <elf.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <gtest/gtest.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -37,6 +38,14 @@ std::string read_all(int fd) {
     char buf[4096];
     ssize_t n;
     while ((n = ::read(fd, buf, sizeof buf)) > 0) s.append(buf, static_cast<size_t>(n));
+    return s;
+}
+
+std::string read_all_of(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return "";
+    std::string s = read_all(fd);
+    ::close(fd);
     return s;
 }
 
@@ -326,4 +335,119 @@ TEST(ExecThroughStub, OnlyTheStubMayWaitForStart) {
     });
     EXPECT_EQ(r.status, 98);
     EXPECT_NE(r.err.find("no exec stub to wait for start"), std::string::npos) << r.err;
+}
+
+// ---- the waiting stub and signals (waiting_init_signals.h) ----
+
+namespace {
+
+// Forks a child that runs `before`, then execs `args` through the stub waiting on `fifo`,
+// stdout on `out_fd` (or inherited when -1). Returns once the stub runs (its exe is the
+// memfd), or at once with `until_exec` false.
+template <typename F>
+pid_t fork_waiting_stub(int stub, const std::string& fifo, std::vector<std::string> args, F before, int out_fd = -1,
+                        bool until_exec = true) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+        if (out_fd >= 0) ::dup2(out_fd, 1);
+        before();
+        int path_fd = ::open(fifo.c_str(), O_PATH);
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        char* envp[] = {nullptr};
+        (void)exec_through_stub(stub, args[0], argv.data(), envp, nullptr, -1, path_fd);
+        _exit(98);
+    }
+    std::string exe;
+    for (int i = 0; until_exec && i < 400 && exe.find("memfd:forkbox-exec") == std::string::npos; ++i) {
+        char buf[256] = {};
+        if (::readlink(("/proc/" + std::to_string(pid) + "/exe").c_str(), buf, sizeof buf - 1) > 0) exe = buf;
+        ::usleep(2000);
+    }
+    if (until_exec) {
+        EXPECT_NE(exe.find("memfd:forkbox-exec"), std::string::npos) << exe;
+    }
+    return pid;
+}
+
+// "SigBlk" or "SigCgt" of a /proc/PID/status text.
+std::string status_field(const std::string& status, const std::string& name) {
+    auto at = status.find(name + ":\t");
+    return at == std::string::npos ? "" : status.substr(at + name.size() + 2, 16);
+}
+
+}  // namespace
+
+// As a process killed by the signal would be reported, though pid 1 of a namespace is not.
+TEST(ExecThroughStub, TheWaitingStubExitsWith128PlusNOnATerminationSignal) {
+    auto stub = make_exec_stub();
+    ASSERT_TRUE(stub.has_value());
+    TempDir dir;
+    std::string fifo = dir.path() + "/exec.fifo";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    for (int sig : {SIGTERM, SIGHUP, SIGINT}) {
+        pid_t pid = fork_waiting_stub(stub->get(), fifo, {"/bin/true"}, [] {});
+        // Caught by now? The handlers come before the wait, just after the exec; retry until
+        // the stub has them (a SIG_DFL death would show as WIFSIGNALED below).
+        for (int i = 0; i < 400; ++i) {
+            std::string st = read_all_of("/proc/" + std::to_string(pid) + "/status");
+            if (status_field(st, "SigCgt") != "0000000000000000") break;
+            ::usleep(2000);
+        }
+        ASSERT_EQ(::kill(pid, sig), 0);
+        int status = 0;
+        ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+        EXPECT_TRUE(WIFEXITED(status)) << "signal " << sig << ": status " << status;
+        EXPECT_EQ(WEXITSTATUS(status), 128 + sig);
+    }
+}
+
+// Init blocks them across its exec of the stub: one sent then is pending, not lost.
+TEST(ExecThroughStub, ASignalPendingAcrossTheExecEndsTheWaitingStub) {
+    auto stub = make_exec_stub();
+    ASSERT_TRUE(stub.has_value());
+    TempDir dir;
+    std::string fifo = dir.path() + "/exec.fifo";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    pid_t pid = fork_waiting_stub(stub->get(), fifo, {"/bin/true"}, [] {
+        sigset_t quit;
+        sigemptyset(&quit);
+        sigaddset(&quit, SIGQUIT);
+        sigprocmask(SIG_BLOCK, &quit, nullptr);
+        ::raise(SIGQUIT);
+    }, -1, false);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGQUIT) << status;
+}
+
+// The handlers end with the stub's exec, and what init blocked is unblocked.
+TEST(ExecThroughStub, TheProgramStartsWithNoSignalCaughtOrBlocked) {
+    auto stub = make_exec_stub();
+    ASSERT_TRUE(stub.has_value());
+    TempDir dir;
+    std::string fifo = dir.path() + "/exec.fifo";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    int out[2];
+    ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+    pid_t pid = fork_waiting_stub(stub->get(), fifo, {"/bin/cat", "/proc/self/status"}, [] {
+        sigset_t term;
+        sigemptyset(&term);
+        sigaddset(&term, SIGTERM);
+        sigprocmask(SIG_BLOCK, &term, nullptr);
+    }, out[1]);
+    ::close(out[1]);
+    int reader = ::open(fifo.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(reader, 0);
+    char byte = 0;
+    EXPECT_EQ(::read(reader, &byte, 1), 1);
+    ::close(reader);
+    std::string status_text = read_all(out[0]);
+    ::close(out[0]);
+    EXPECT_EQ(status_field(status_text, "SigBlk"), "0000000000000000") << status_text;
+    EXPECT_EQ(status_field(status_text, "SigCgt"), "0000000000000000") << status_text;
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }

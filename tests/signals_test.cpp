@@ -77,3 +77,44 @@ TEST(SignalReset, ReachesTheSignalsGlibcKeeps) {
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
+
+// A container's init until its exec: the signals that end runc's init end it with 128+N (it
+// is pid 1, where the default action would ignore them); the others are left at their default.
+TEST(SignalReset, InitExitsWith128PlusNOnTerminationSignals) {
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT}) {
+        pid_t pid = ::fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+            ::signal(SIGCHLD, SIG_IGN);
+            reset_signal_dispositions(UntilExec::ExitOnTermination);
+            for (int other : {SIGCHLD, SIGUSR1, SIGALRM, SIGRTMIN + 3}) {
+                struct sigaction now {};
+                ::sigaction(other, nullptr, &now);
+                if (now.sa_handler != SIG_DFL) _exit(2);
+            }
+            ::raise(sig);
+            _exit(3);
+        }
+        int status = 0;
+        ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + sig) << "signal " << sig << ": " << status;
+    }
+}
+
+TEST(SignalReset, TerminationSignalsBlockAndUnblock) {
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        reset_signal_dispositions(UntilExec::ExitOnTermination);
+        block_termination_signals(true);
+        ::raise(SIGTERM);  // pending
+        sigset_t pending;
+        sigpending(&pending);
+        if (!sigismember(&pending, SIGTERM)) _exit(2);
+        block_termination_signals(false);
+        _exit(3);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM) << status;
+}

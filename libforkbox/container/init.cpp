@@ -41,6 +41,13 @@ bool filter_allows_the_wait(const SeccompProgram& filter) {
     return true;
 }
 
+// What the exec stub does while it waits, besides the wait itself.
+bool stub_can_wait_under(const SeccompProgram& filter) {
+    for (int nr : {SYS_prctl, SYS_rt_sigaction, SYS_rt_sigprocmask})
+        if (!seccomp_allows_any_arguments(filter.bpf, nr)) return false;
+    return true;
+}
+
 // Besides the wait: loaded before create has recorded us, the wait for its Recorded (sync_recv).
 bool filter_allows_the_wait_for_recorded(const SeccompProgram& filter) {
     return seccomp_allows_any_arguments(filter.bpf, SYS_recvfrom) && seccomp_allows_any_arguments(filter.bpf, SYS_recvmsg);
@@ -159,8 +166,9 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     // SIG_IGN survives execve: what the caller ignored (conmon ignores SIGPIPE) must not
-    // reach the container.
-    reset_signal_dispositions();
+    // reach the container. And until our execve, `kill` of the container ends us, though we
+    // are pid 1 (waiting_init_signals.h).
+    reset_signal_dispositions(UntilExec::ExitOnTermination);
     trace::mark("init: signals reset");
 
     // Into the v1 cgroups before anything else can fork (v2: clone3 put us there).
@@ -276,11 +284,12 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     // The exec stub waits for `start` itself when nothing of forkbox's is left to do here after
     // it (startContainer hooks, a filter loaded at the exec): exec'd once create has recorded
     // us, its ~0.5 ms exec runs while create exits and `start` comes, not after `start`.
-    // The filter, loaded before the stub runs, must let it make itself undumpable (prctl);
-    // loaded already, also let the check below through (stat).
+    // The filter, loaded before the stub runs, must let it make itself undumpable (prctl) and
+    // catch and unblock the signals that end it (rt_sigaction, rt_sigprocmask); loaded
+    // already, also let the check below through (stat).
     bool stub_may_wait = !a.seccomp || ((seccomp_while_waiting || (seccomp_early &&
                                          seccomp_allows_any_arguments(a.seccomp->bpf, SYS_newfstatat))) &&
-                                        seccomp_allows_any_arguments(a.seccomp->bpf, SYS_prctl));
+                                        stub_can_wait_under(*a.seccomp));
     unique_fd start_fifo;
     if (a.exec_stub_fd >= 0 && plan.hooks.start_container.empty() && stub_may_wait)
         start_fifo = fifo_the_stub_can_reopen(a.state_dir_fd);
@@ -316,7 +325,10 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
         mark_fds_close_on_exec(3 + a.preserve_fds, start_fifo.get());
         sys::close_range(static_cast<unsigned>(a.state_dir_fd), static_cast<unsigned>(a.state_dir_fd), CLOSE_RANGE_CLOEXEC);
         trace::mark("init: exec");
+        // The stub catches these again before it unblocks them: none is lost in between.
+        block_termination_signals(true);
         (void)exec_through_stub(a.exec_stub_fd, exe, argv.data(), envp.data(), a.seccomp, -1, start_fifo.get());
+        block_termination_signals(false);
         // The stub could not be exec'd: wait here, as without it, where the failure to exec
         // it (and its fallbacks) is met and reported again after `start`.
         start_fifo.reset();

@@ -16,7 +16,7 @@
  * of the container's exec fifo; the stub opens it for writing through /proc/self/fd/N (which
  * blocks until `start` opens it for reading), writes the byte `start` waits for, closes N and
  * execs the program: the fifo's write end is close-on-exec, so `start` sees its EOF once the
- * program runs. A failure there prints "forkbox: exec fifo: TEXT" to fd 2 and exits 1.
+ * program runs. Until then it exits with 128+N on the signals of waiting_init_signals.h. A failure there prints "forkbox: exec fifo: TEXT" to fd 2 and exits 1.
  * On failure: with an error fd, the errno goes there as one native int (the fd is marked
  * close-on-exec first, so a successful exec closes it: EOF means success); without one,
  * "forkbox: exec: \"ARGV0\": TEXT" goes to fd 2 in Go's wording, as init says it. Exit 127.
@@ -25,10 +25,13 @@
  * Freestanding: no libc, raw syscalls, _start in asm for x86_64 and aarch64. Built with
  * -nostdlib -static by the Makefile and embedded into forkbox (exec_stub_blob.S).
  */
+#include <asm/signal.h>
 #include <asm/unistd.h>
 #include <linux/errno.h>
 #include <linux/fcntl.h>
 #include <linux/prctl.h>
+
+#include "waiting_init_signals.h"
 
 #if !defined(__x86_64__) && !defined(__aarch64__)
 #error "exec-stub: only x86_64 and aarch64 are supported"
@@ -36,20 +39,30 @@
 
 typedef unsigned long size_t;
 
-static long sys3(long nr, long a, long b, long c)
+static long sys4(long nr, long a, long b, long c, long d)
 {
 	long ret;
 #if defined(__x86_64__)
-	__asm__ volatile("syscall" : "=a"(ret) : "a"(nr), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+	register long r10 __asm__("r10") = d;
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10)
+			 : "rcx", "r11", "memory");
 #else
 	register long x8 __asm__("x8") = nr;
 	register long x0 __asm__("x0") = a;
 	register long x1 __asm__("x1") = b;
 	register long x2 __asm__("x2") = c;
-	__asm__ volatile("svc #0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2) : "memory");
+	register long x3 __asm__("x3") = d;
+	__asm__ volatile("svc #0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3) : "memory");
 	ret = x0;
 #endif
 	return ret;
+}
+
+static long sys3(long nr, long a, long b, long c)
+{
+	return sys4(nr, a, b, c, 0);
 }
 
 static size_t length(const char *s)
@@ -157,6 +170,37 @@ __attribute__((noreturn)) static void fifo_failed(long rc)
 	leave(1);
 }
 
+/* The kernel's struct sigaction (x86_64 and aarch64 share its layout). */
+struct kernel_sigaction {
+	void (*handler)(int);
+	unsigned long flags;
+	void (*restorer)(void);
+	unsigned long mask;
+};
+
+#define KERNEL_SA_RESTORER 0x04000000UL
+
+/* rt_sigreturn, which x86_64 wants named for every handler (asm below). Never reached: the
+ * handler exits. */
+void stub_signal_return(void);
+
+static void ended_by_signal(int sig)
+{
+	leave(128 + sig);
+}
+
+/* Init blocked these across its execve of us: caught now, and unblocked, so one sent
+ * before ends us here (waiting_init_signals.h says why). */
+static void exit_on_termination_signals(void)
+{
+	struct kernel_sigaction act = {ended_by_signal, KERNEL_SA_RESTORER, stub_signal_return, ~0UL};
+	for (int sig = 1; sig <= FORKBOX_LAST_WAITING_INIT_SIGNAL; sig++)
+		if (forkbox_signal_ends_waiting_init(sig))
+			sys4(__NR_rt_sigaction, sig, (long)&act, 0, sizeof act.mask);
+	unsigned long none = 0;
+	sys4(__NR_rt_sigprocmask, SIG_SETMASK, (long)&none, 0, sizeof none);
+}
+
 /* Opens the exec fifo (O_PATH fd `fd`) for writing, which waits for `start`, and writes
  * its byte. The write end stays open, close-on-exec, until the program's execve. */
 static void wait_for_start(int fd)
@@ -203,6 +247,7 @@ __attribute__((noreturn, used)) void stub_main(long *sp)
 		 * or ptrace us while we wait. (Exec'd by a user who may not read the stub, which
 		 * is mode 0111, the kernel made us so already.) */
 		sys3(__NR_prctl, PR_SET_DUMPABLE, 0, 0);
+		exit_on_termination_signals();
 		wait_for_start(fifo_fd);
 	}
 	if (err_fd >= 0)
@@ -235,7 +280,12 @@ __asm__(".text\n"
 	"	mov %rsp, %rdi\n"
 	"	and $-16, %rsp\n"
 	"	call stub_main\n"
-	"	hlt\n");
+	"	hlt\n"
+	".global stub_signal_return\n"
+	".type stub_signal_return,@function\n"
+	"stub_signal_return:\n"
+	"	mov $15, %eax\n"
+	"	syscall\n");
 #else
 __asm__(".text\n"
 	".global _start\n"
@@ -246,5 +296,10 @@ __asm__(".text\n"
 	"	mov x0, sp\n"
 	"	and sp, x0, #-16\n"
 	"	bl stub_main\n"
-	"	brk #0\n");
+	"	brk #0\n"
+	".global stub_signal_return\n"
+	".type stub_signal_return,%function\n"
+	"stub_signal_return:\n"
+	"	mov x8, #139\n"
+	"	svc #0\n");
 #endif

@@ -6,6 +6,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "libforkbox/process/waiting_init_signals.h"
+
 namespace forkbox {
 
 namespace {
@@ -20,15 +22,37 @@ struct KernelSigaction {
     unsigned long mask;
 };
 
+void exit_as_killed_by(int sig) { _exit(128 + sig); }
+
+sigset_t termination_signals() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig = 1; sig <= FORKBOX_LAST_WAITING_INIT_SIGNAL; ++sig)
+        if (forkbox_signal_ends_waiting_init(sig)) sigaddset(&set, sig);
+    return set;
+}
+
 }  // namespace
 
-void reset_signal_dispositions() {
+void reset_signal_dispositions(UntilExec mode) {
     KernelSigaction dfl{};
     dfl.handler = SIG_DFL;
+    struct sigaction exit_on{};
+    exit_on.sa_handler = exit_as_killed_by;
+    sigfillset(&exit_on.sa_mask);
     for (int sig = 1; sig < NSIG; ++sig) {
         if (sig == SIGKILL || sig == SIGSTOP) continue;
+        // glibc's sigaction supplies the restorer x86_64 requires for a handler.
+        if (mode == UntilExec::ExitOnTermination && forkbox_signal_ends_waiting_init(sig) &&
+            ::sigaction(sig, &exit_on, nullptr) == 0)
+            continue;
         ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask);
     }
+}
+
+void block_termination_signals(bool block) {
+    sigset_t set = termination_signals();
+    sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, nullptr);
 }
 
 Result<unique_fd> daemon_signalfd() {

@@ -12,7 +12,14 @@ namespace forkbox {
 // (`yes | head`) expects to die quietly, and its shell cannot trap SIGPIPE (POSIX: a signal
 // ignored on entry stays ignored). runc (Go) and crun start processes with SIG_DFL.
 // Async-signal-safe: only sigaction, for use between clone and execve.
-void reset_signal_dispositions();
+// A container's init passes ExitOnTermination: until its execve it exits with 128+N on the
+// signals of waiting_init_signals.h, which pid 1 would otherwise ignore.
+enum class UntilExec { Default, ExitOnTermination };
+void reset_signal_dispositions(UntilExec mode = UntilExec::Default);
+
+// Blocks (or unblocks) the signals of waiting_init_signals.h. Blocked across the execve of
+// the exec stub, which unblocks them once it catches them: one sent during the exec waits.
+void block_termination_signals(bool block);
 
 // A daemon's event loop (the zygote daemon, the sandbox service): SIGTERM, SIGINT, SIGHUP,
 // SIGCHLD and SIGPIPE blocked and read from the returned signalfd (non-blocking).
