@@ -60,12 +60,10 @@ wait_ready() {
 
 # wait_full: until every pool the daemon keeps is full and nothing is being built.
 wait_full() {
-	local i last=-1 now
-	for i in $(seq 200); do
-		now=$(stat_of ready)
-		((now == last && now > 0)) && return 0
-		last=$now
-		sleep 0.1
+	local i
+	for i in $(seq 300); do
+		(($(stat_of short) == 0 && $(stat_of ready) > 0)) && return 0
+		sleep 0.05
 	done
 	fail "pools not full: $("$FORKBOX" daemon --socket "$SOCK" --stats)"
 }

@@ -455,6 +455,7 @@ public:
 private:
     Result<void> listen_socket();
     int refill();
+    bool kept_warm(const PoolKey& key, const Pool& pool, Clock::time_point now) const;
     void start_builder(const PoolKey& key);
     void ensure_cgroup_parent(const std::string& parent);
     void remove_stale_spares();
@@ -727,8 +728,7 @@ int Daemon::refill() {
     int low = std::max(1, opt_.pool_size / 4);
     bool pending = false;
     for (auto& [key, pool] : pools_) {
-        if (pool.broken || pool.retry_at > now) continue;
-        if (!key.rootfs.empty() && !pool.warmed && pool.asked < opt_.rootfs_after) continue;
+        if (!kept_warm(key, pool, now)) continue;
         int have = static_cast<int>(pool.ready.size()) + pool.building;
         int want = opt_.pool_size - have;
         if (want <= 0) continue;
@@ -741,6 +741,13 @@ int Daemon::refill() {
     if (!pending) return -1;
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(quiet - (now - last_request_)).count();
     return static_cast<int>(std::max<long long>(left, 1));
+}
+
+// A pool refill keeps full: not broken nor waiting to retry a failed build, and for rootfs
+// templates, warmed or asked for often enough.
+bool Daemon::kept_warm(const PoolKey& key, const Pool& pool, Clock::time_point now) const {
+    if (pool.broken || pool.retry_at > now) return false;
+    return key.rootfs.empty() || pool.warmed || pool.asked >= opt_.rootfs_after;
 }
 
 void Daemon::serve(int conn) {
@@ -778,12 +785,17 @@ void Daemon::serve(int conn) {
         return;
     }
     if (req->op == Request::Op::Stats) {
-        size_t ready = 0;
-        for (auto& [k, pool] : pools_) ready += pool.ready.size();
+        size_t ready = 0, short_of = 0;
+        auto now = Clock::now();
+        for (auto& [k, pool] : pools_) {
+            ready += pool.ready.size();
+            if (kept_warm(k, pool, now) && static_cast<int>(pool.ready.size()) < opt_.pool_size)
+                short_of += static_cast<size_t>(opt_.pool_size) - pool.ready.size();
+        }
         std::string s = "stats served=" + std::to_string(served_) + " rootfs=" + std::to_string(served_rootfs_) +
                         " missed=" + std::to_string(missed_) +
                         " ready=" + std::to_string(ready) + " pools=" + std::to_string(pools_.size()) +
-                        " failed=" + std::to_string(failed_);
+                        " failed=" + std::to_string(failed_) + " short=" + std::to_string(short_of);
         (void)::send(conn, s.data(), s.size(), MSG_NOSIGNAL);
         return;
     }
