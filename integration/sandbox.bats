@@ -499,6 +499,22 @@ sys.stdout.write(repr(s.recv(70000)))
 	[[ $stderr != *"after 0 ms"* ]]
 }
 
+@test "sandbox: a daemon with FORKBOX_TRACE marks a run's steps, the sandbox's init's included" {
+	local sock=$TDIR/traced.sock trace=$TDIR/trace
+	: >"$trace"
+	FORKBOX_TRACE=$trace start_daemon_as_root "$sock"
+	run sb_on "$sock" -- true
+	assert_success
+	local mark
+	for mark in "sandbox: request" "sandbox: released" "embryo: released" "embryo: spawned" \
+		"embryo: command reaped" "sandbox: command ended" "sandbox: replied"; do
+		grep -q " $mark\$" "$trace" || fail "no '$mark' in the trace: $(cat "$trace")"
+	done
+	# The file is the daemon's: the command never sees it (close-on-exec).
+	run sb_on "$sock" -- sh -c 'ls -l /proc/self/fd | grep -c trace'
+	assert_output 0
+}
+
 @test "sandbox: a --no-sandboxes daemon refuses with a clear error" {
 	local sock=$TDIR/nosb.sock
 	"$SB_FB" daemon --no-sandboxes --socket "$sock" </dev/null >/dev/null 2>"$sock.err" 3>&- 4>&- &

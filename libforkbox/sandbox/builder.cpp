@@ -16,6 +16,7 @@
 
 #include "libforkbox/base/log.hpp"
 #include "libforkbox/base/syscalls.hpp"
+#include "libforkbox/base/trace.hpp"
 #include "libforkbox/base/unix_socket.hpp"
 #include "libforkbox/cgroup/resources.hpp"
 #include "libforkbox/mount/rootfs.hpp"
@@ -32,10 +33,10 @@ namespace {
 
 constexpr const char* kCgroupParent = "/forkbox-sandbox";
 
-// In a new embryo: every fd but `keep` (and stdio) is closed, so a sandbox holds nothing
-// of another's while it waits.
+// In a new embryo: every fd but `keep` (and stdio, and FORKBOX_TRACE's file, close-on-exec)
+// is closed, so a sandbox holds nothing of another's while it waits.
 void close_other_fds(std::vector<int> keep) {
-    keep.insert(keep.end(), {0, 1, 2});
+    keep.insert(keep.end(), {0, 1, 2, trace::fd()});
     std::sort(keep.begin(), keep.end());
     unsigned next = 0;
     for (int fd : keep) {

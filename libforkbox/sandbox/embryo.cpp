@@ -27,6 +27,7 @@
 
 #include "libforkbox/base/fd.hpp"
 #include "libforkbox/base/files.hpp"
+#include "libforkbox/base/trace.hpp"
 #include "libforkbox/base/unix_socket.hpp"
 #include "libforkbox/mount/rootfs.hpp"
 #include "libforkbox/process/caps.hpp"
@@ -419,6 +420,7 @@ Result<void> drop_every_capability() {
         if (p == command) break;
         if (p < 0 && errno != EINTR) ::_exit(1);
     }
+    trace::mark("embryo: command reaped");
     int64_t used = stage_used();
     send_text(control, "W" + usage_text(status, usage) + " " +
                            std::to_string(used >= 0 && used_before >= 0 ? used - used_before : 0));
@@ -443,6 +445,7 @@ Result<void> drop_every_capability() {
     int64_t used = stage_used();
     pid_t command = spawn(c, stdio);
     int err = errno;
+    trace::mark("embryo: spawned");
     for (int i = 0; i < 3; ++i) ::close(stdio[i]);  // the pipes end with the command's side
     if (command < 0) exec_failed(control, err, "start the command");
     if (exec_errno) {
@@ -997,6 +1000,7 @@ void embryo_main(const EmbryoSetup& s) {
         session_loop(control, limits);
     }
     if (*n <= 1 || buf[0] != 'G' || fds.size() != 3) ::_exit(1);
+    trace::mark("embryo: released");
     tree.lower.reset();  // a one-shot run keeps only the stage open (its tmpfs's usage)
     auto release = Release::decode(std::string_view(buf.data() + 1, *n - 1));
     if (!release) exec_failed(control, EPROTO, "release");

@@ -29,6 +29,7 @@
 #include "libforkbox/base/json.hpp"
 #include "libforkbox/base/log.hpp"
 #include "libforkbox/base/syscalls.hpp"
+#include "libforkbox/base/trace.hpp"
 #include "libforkbox/base/unix_socket.hpp"
 #include "libforkbox/cgroup/cgroups.hpp"
 #include "libforkbox/cgroup/oom.hpp"
@@ -311,6 +312,7 @@ void Server::read_first_message(uint64_t id) {
 
 // Every socket operation on a client passes MSG_DONTWAIT: its fd stays blocking.
 void Server::serve_first_message(unique_fd conn, uid_t peer) {
+    trace::mark("sandbox: request");
     ssize_t n = ::recv(conn.get(), read_buffer_.data(), read_buffer_.size(), MSG_TRUNC | MSG_DONTWAIT);
     if (n < 0 && errno == EAGAIN) {
         uint64_t id = next_id_++;
@@ -570,6 +572,7 @@ void Server::on_control(uint64_t embryo_id) {
         auto r = runs_.find(e.run);
         if (r == runs_.end() || r->second->exited) return;
         Run& run = *r->second;
+        trace::mark("sandbox: command ended");
         take_end_report(run, m.substr(1));
         run.timer.reset();
         maybe_finish(run);
@@ -1006,6 +1009,7 @@ void Server::release(Run& r, Embryo& e) {
         fail_run(r, ErrorKind::SandboxError, "could not start the command: " + sent.error().what());
         return;
     }
+    trace::mark("sandbox: released");
     r.started = true;
     arm_deadline(r);
     watch_pipes(r);
@@ -1319,6 +1323,7 @@ void Server::maybe_finish(Run& r) {
         for (int s = 0; s < 2; ++s)
             for (auto& f : frames(s == 0 ? kStdoutData : kStderrData, r.capture[s]->tail())) send_frame(r, std::move(f));
         send_frame(r, format_result(o));
+        trace::mark("sandbox: replied");
     }
     // The reply first: removing v1 cgroups takes the kernel a while.
     if (r.embryo) discard_embryo(r.embryo);
