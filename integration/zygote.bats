@@ -495,6 +495,22 @@ spares_of() {
 	refute_line --partial ".zygote-"
 }
 
+@test "zygote: kill TERM of a created container ends it, from a namespace and a rootfs template" {
+	start_daemon --pool 1 --warm "$BUNDLE"
+	wait_full
+	local i pid
+	for i in 1 2; do
+		zrun --debug create --bundle "$BUNDLE" "$CID-$i" </dev/null >/dev/null 2>"$BATS_TEST_TMPDIR/c$i.err" 3>&- 4>&-
+		grep -q "zygote: warm" "$BATS_TEST_TMPDIR/c$i.err" || fail "not warm: $(cat "$BATS_TEST_TMPDIR/c$i.err")"
+		pid=$(container_pid "$CID-$i")
+		runtime kill "$CID-$i" TERM
+		wait_for_pid_gone "$pid"
+		wait_for_status "$CID-$i" stopped
+		runtime delete "$CID-$i"
+		wait_full
+	done
+}
+
 @test "zygote: a changed config.json is not served a rootfs template built from the old one" {
 	start_daemon --pool 1 --warm "$BUNDLE"
 	wait_full
