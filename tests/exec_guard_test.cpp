@@ -280,65 +280,6 @@ TEST(ExecThroughStub, RefusesToRunWithoutAStub) {
 
 // ---- the stub waiting for `start` (container init) ----
 
-TEST(ExecThroughStub, TheStubWaitsForStartOnTheFifoThenRunsTheProgram) {
-    auto stub = make_exec_stub();
-    ASSERT_TRUE(stub.has_value());
-    TempDir dir;
-    std::string fifo = dir.path() + "/exec.fifo";
-    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-    int out[2];
-    ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
-    pid_t pid = ::fork();
-    if (pid == 0) {
-        ::dup2(out[1], 1);
-        int path_fd = ::open(fifo.c_str(), O_PATH);
-        std::string sh = "/bin/sh", c = "-c", cmd = "echo ran";
-        char* argv[] = {sh.data(), c.data(), cmd.data(), nullptr};
-        char* envp[] = {nullptr};
-        auto r = exec_through_stub(stub->get(), sh, argv, envp, nullptr, -1, path_fd);
-        dprintf(2, "returned: %s\n", r.error().what().c_str());
-        _exit(98);
-    }
-    ::close(out[1]);
-    // The stub runs (its exe is the memfd) and waits: the program has not run.
-    std::string exe;
-    for (int i = 0; i < 400 && exe.find("memfd:forkbox-exec") == std::string::npos; ++i) {
-        char buf[256] = {};
-        if (::readlink(("/proc/" + std::to_string(pid) + "/exe").c_str(), buf, sizeof buf - 1) > 0) exe = buf;
-        ::usleep(5000);
-    }
-    EXPECT_NE(exe.find("memfd:forkbox-exec"), std::string::npos) << exe;
-    int status = 0;
-    EXPECT_EQ(::waitpid(pid, &status, WNOHANG), 0);
-    // `start`: open for reading, take the byte, then the EOF of the program's exec.
-    int reader = ::open(fifo.c_str(), O_RDONLY | O_CLOEXEC);
-    ASSERT_GE(reader, 0);
-    char byte = 0;
-    EXPECT_EQ(::read(reader, &byte, 1), 1);
-    EXPECT_EQ(byte, '0');
-    EXPECT_EQ(::read(reader, &byte, 1), 0);
-    ::close(reader);
-    EXPECT_EQ(read_all(out[0]), "ran\n");
-    ::close(out[0]);
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-}
-
-TEST(ExecThroughStub, OnlyTheStubMayWaitForStart) {
-    Ran r = run_child([] {
-        std::string t = "/bin/true";
-        char* argv[] = {t.data(), nullptr};
-        char* envp[] = {nullptr};
-        auto res = exec_through_stub(-1, t, argv, envp, nullptr, -1, 0);
-        dprintf(2, "returned: %s\n", res.error().what().c_str());
-        _exit(98);
-    });
-    EXPECT_EQ(r.status, 98);
-    EXPECT_NE(r.err.find("no exec stub to wait for start"), std::string::npos) << r.err;
-}
-
-// ---- the waiting stub and signals (waiting_init_signals.h) ----
-
 namespace {
 
 // Forks a child that runs `before`, then execs `args` through the stub waiting on `fifo`,
@@ -377,17 +318,65 @@ std::string status_field(const std::string& status, const std::string& name) {
     return at == std::string::npos ? "" : status.substr(at + name.size() + 2, 16);
 }
 
+// The stub and an exec fifo for it to wait on.
+class StubWaitingForStart : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        stub_ = make_exec_stub();
+        ASSERT_TRUE(stub_.has_value());
+        fifo_ = dir_.path() + "/exec.fifo";
+        ASSERT_EQ(::mkfifo(fifo_.c_str(), 0600), 0);
+    }
+    decltype(make_exec_stub()) stub_;
+    TempDir dir_;
+    std::string fifo_;
+};
+
 }  // namespace
 
+TEST_F(StubWaitingForStart, WaitsOnTheFifoThenRunsTheProgram) {
+    int out[2];
+    ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+    // The stub runs (its exe is the memfd) and waits: the program has not run.
+    pid_t pid = fork_waiting_stub(stub_->get(), fifo_, {"/bin/sh", "-c", "echo ran"}, [] {}, out[1]);
+    ::close(out[1]);
+    int status = 0;
+    EXPECT_EQ(::waitpid(pid, &status, WNOHANG), 0);
+    // `start`: open for reading, take the byte, then the EOF of the program's exec.
+    int reader = ::open(fifo_.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(reader, 0);
+    char byte = 0;
+    EXPECT_EQ(::read(reader, &byte, 1), 1);
+    EXPECT_EQ(byte, '0');
+    EXPECT_EQ(::read(reader, &byte, 1), 0);
+    ::close(reader);
+    EXPECT_EQ(read_all(out[0]), "ran\n");
+    ::close(out[0]);
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+
+TEST(ExecThroughStub, OnlyTheStubMayWaitForStart) {
+    Ran r = run_child([] {
+        std::string t = "/bin/true";
+        char* argv[] = {t.data(), nullptr};
+        char* envp[] = {nullptr};
+        auto res = exec_through_stub(-1, t, argv, envp, nullptr, -1, 0);
+        dprintf(2, "returned: %s\n", res.error().what().c_str());
+        _exit(98);
+    });
+    EXPECT_EQ(r.status, 98);
+    EXPECT_NE(r.err.find("no exec stub to wait for start"), std::string::npos) << r.err;
+}
+
+// ---- the waiting stub and signals (waiting_init_signals.h) ----
+
+
 // As a process killed by the signal would be reported, though pid 1 of a namespace is not.
-TEST(ExecThroughStub, TheWaitingStubExitsWith128PlusNOnATerminationSignal) {
-    auto stub = make_exec_stub();
-    ASSERT_TRUE(stub.has_value());
-    TempDir dir;
-    std::string fifo = dir.path() + "/exec.fifo";
-    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+TEST_F(StubWaitingForStart, ExitsWith128PlusNOnATerminationSignal) {
     for (int sig : {SIGTERM, SIGHUP, SIGINT}) {
-        pid_t pid = fork_waiting_stub(stub->get(), fifo, {"/bin/true"}, [] {});
+        pid_t pid = fork_waiting_stub(stub_->get(), fifo_, {"/bin/true"}, [] {});
         // Caught by now? The handlers come before the wait, just after the exec; retry until
         // the stub has them (a SIG_DFL death would show as WIFSIGNALED below).
         for (int i = 0; i < 400; ++i) {
@@ -404,13 +393,8 @@ TEST(ExecThroughStub, TheWaitingStubExitsWith128PlusNOnATerminationSignal) {
 }
 
 // Init blocks them across its exec of the stub: one sent then is pending, not lost.
-TEST(ExecThroughStub, ASignalPendingAcrossTheExecEndsTheWaitingStub) {
-    auto stub = make_exec_stub();
-    ASSERT_TRUE(stub.has_value());
-    TempDir dir;
-    std::string fifo = dir.path() + "/exec.fifo";
-    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-    pid_t pid = fork_waiting_stub(stub->get(), fifo, {"/bin/true"}, [] {
+TEST_F(StubWaitingForStart, ASignalPendingAcrossItsExecEndsIt) {
+    pid_t pid = fork_waiting_stub(stub_->get(), fifo_, {"/bin/true"}, [] {
         sigset_t quit;
         sigemptyset(&quit);
         sigaddset(&quit, SIGQUIT);
@@ -423,22 +407,17 @@ TEST(ExecThroughStub, ASignalPendingAcrossTheExecEndsTheWaitingStub) {
 }
 
 // The handlers end with the stub's exec, and what init blocked is unblocked.
-TEST(ExecThroughStub, TheProgramStartsWithNoSignalCaughtOrBlocked) {
-    auto stub = make_exec_stub();
-    ASSERT_TRUE(stub.has_value());
-    TempDir dir;
-    std::string fifo = dir.path() + "/exec.fifo";
-    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+TEST_F(StubWaitingForStart, TheProgramStartsWithNoSignalCaughtOrBlocked) {
     int out[2];
     ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
-    pid_t pid = fork_waiting_stub(stub->get(), fifo, {"/bin/cat", "/proc/self/status"}, [] {
+    pid_t pid = fork_waiting_stub(stub_->get(), fifo_, {"/bin/cat", "/proc/self/status"}, [] {
         sigset_t term;
         sigemptyset(&term);
         sigaddset(&term, SIGTERM);
         sigprocmask(SIG_BLOCK, &term, nullptr);
     }, out[1]);
     ::close(out[1]);
-    int reader = ::open(fifo.c_str(), O_RDONLY | O_CLOEXEC);
+    int reader = ::open(fifo_.c_str(), O_RDONLY | O_CLOEXEC);
     ASSERT_GE(reader, 0);
     char byte = 0;
     EXPECT_EQ(::read(reader, &byte, 1), 1);
