@@ -219,7 +219,7 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/%.cpp,%,$(sort $(wildcard tests/fuzz/*.cpp
 # The library without the engine's executors, which no target calls (a target takes from the
 # archive just the objects it uses), so the sanitized build stays short. New files are built
 # by default: list one here only when no target needs it.
-FUZZ_UNUSED_SRCS := libforkbox/features.cpp libforkbox/base/trace.cpp libforkbox/seccomp/cache.cpp \
+FUZZ_UNUSED_SRCS := libforkbox/features.cpp libforkbox/seccomp/cache.cpp \
 	$(addprefix libforkbox/cgroup/,freezer.cpp oom.cpp stats.cpp stats_json.cpp) \
 	$(addprefix libforkbox/container/,container.cpp create.cpp events.cpp exec.cpp init.cpp run.cpp seccomp_agent.cpp) \
 	$(addprefix libforkbox/process/,exec_guard.cpp foreground.cpp hooks.cpp pidfd.cpp process.cpp sync.cpp terminal.cpp) \
