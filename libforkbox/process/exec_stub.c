@@ -16,7 +16,8 @@
  * of the container's exec fifo; the stub opens it for writing through /proc/self/fd/N (which
  * blocks until `start` opens it for reading), writes the byte `start` waits for, closes N and
  * execs the program: the fifo's write end is close-on-exec, so `start` sees its EOF once the
- * program runs. Until then it exits with 128+N on the signals of waiting_init_signals.h. A failure there prints "forkbox: exec fifo: TEXT" to fd 2 and exits 1.
+ * program runs. Until then it exits with 128+N on the signals of waiting_init_signals.h. A
+ * failure there prints "forkbox: exec fifo: TEXT" to fd 2 and exits 1.
  * On failure: with an error fd, the errno goes there as one native int (the fd is marked
  * close-on-exec first, so a successful exec closes it: EOF means success); without one,
  * "forkbox: exec: \"ARGV0\": TEXT" goes to fd 2 in Go's wording, as init says it. Exit 127.
