@@ -64,10 +64,12 @@ sections = set(args.sections.split(","))
 try:
     from forkbox import Forkbox  # PYTHONPATH: the tree's python/ (a copy of it)
     SDK = Forkbox(socket=args.socket, autostart=False)
+    # The same calls without kept connections (the keep verb): a connect per call.
+    SDK_PER_CALL = Forkbox(socket=args.socket, autostart=False, keep_connections=False)
     client_kind = "SDK (forkbox %s from %s)" % (
         getattr(sys.modules["forkbox"], "__version__", "?"), os.path.dirname(sys.modules["forkbox"].__file__))
 except Exception as e:  # noqa: BLE001 - any failure to import means "not ready"
-    SDK = None
+    SDK = SDK_PER_CALL = None
     client_kind = "inline protocol client (the SDK is not importable: %s: %s)" % (type(e).__name__, e)
 
 
@@ -107,11 +109,12 @@ def raw_run(cmd=None, argv=None, timeout_ms=None):
     return r["exit_code"], r["stdout"], r["duration_ms"], r["timed_out"], r.get("cpu_ms")
 
 
-def fb_run(cmd=None, argv=None, timeout_ms=None):
+def fb_run(cmd=None, argv=None, timeout_ms=None, client=None):
     """(exit_code, stdout bytes, daemon's duration_ms, timed_out, cpu_ms) of one sandbox."""
-    if SDK is None:
+    client = client or SDK
+    if client is None:
         return raw_run(cmd, argv, timeout_ms)
-    r = SDK.run(cmd, argv=argv, timeout_ms=timeout_ms)
+    r = client.run(cmd, argv=argv, timeout_ms=timeout_ms)
     return r.exit_code, r.stdout_bytes, r.duration_ms, r.timed_out, getattr(r, "cpu_ms", None)
 
 
@@ -187,10 +190,10 @@ class Subject:
 true_durations = []  # the daemon's duration_ms of run("true"): release to exit of a no-op
 
 
-def sdk_subject(cmd=None, argv=None, expect=b"", durations=None):
+def sdk_subject(cmd=None, argv=None, expect=b"", durations=None, client=None):
     def fn():
         t0 = perf()
-        code, out, duration_ms, _, _ = fb_run(cmd, argv)
+        code, out, duration_ms, _, _ = fb_run(cmd, argv, client=client)
         t1 = perf()
         if durations is not None:
             durations.append(duration_ms)
@@ -236,6 +239,7 @@ subjects = [
     Subject('SDK run(argv=["true"])' if SDK else 'py run(argv=["true"])', "true", sdk_subject(argv=["true"])),
 ]
 if SDK is not None:
+    subjects.append(Subject('SDK run("true"), a connect per call', "true", sdk_subject("true", client=SDK_PER_CALL)))
     subjects.append(Subject("py inline protocol, sh -c true", "true", raw_subject("true")))
 subjects += [
     Subject("C client process, sh -c true", "true", spawn_subject(lambda: [args.client, args.socket, "1"] + SH_TRUE),

@@ -93,9 +93,11 @@ TEST(SessionRequests, FileForkRefAndList) {
     ASSERT_FALSE(extra);
     EXPECT_NE(extra.error().what().find("close: \"force\""), std::string::npos);
     EXPECT_FALSE(parse_session_ref("{}", "pause"));
-    EXPECT_TRUE(parse_list_request(""));
-    EXPECT_TRUE(parse_list_request("{}"));
-    EXPECT_FALSE(parse_list_request(R"({"all": true})"));
+    EXPECT_TRUE(parse_empty_request("", "list"));
+    EXPECT_TRUE(parse_empty_request("{}", "keep"));
+    auto unknown = parse_empty_request(R"({"all": true})", "keep");
+    ASSERT_FALSE(unknown);
+    EXPECT_EQ(unknown.error().what(), std::string("keep: \"all\" is not a key of a keep request"));
 }
 
 TEST(SessionRequests, FileErrorsCarryTheirErrno) {

@@ -335,12 +335,12 @@ Result<ForkRequest> parse_fork_request(std::string_view text) {
     return f;
 }
 
-Result<void> parse_list_request(std::string_view text) {
-    ParsingVerb scope("list");
+Result<void> parse_empty_request(std::string_view text, std::string_view verb) {
+    ParsingVerb scope(verb);
     if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return {};
-    FB_ASSIGN(json::Document doc, parse_object(text, "list"));
+    FB_ASSIGN(json::Document doc, parse_object(text, verb));
     return doc.root().for_each_member([&](std::string_view key, const json::Value&) -> Result<void> {
-        return invalid(key, "is not a key of a list request");
+        return invalid(key, "is not a key of a " + std::string(verb) + " request");
     });
 }
 

@@ -20,6 +20,7 @@ inline constexpr uint64_t kMaxOutputLimit = 64ull << 20;
 
 // Message tags after the first message.
 inline constexpr char kStdinData = 'I', kStdinEnd = 'E', kKill = 'K';
+inline bool is_stdin_or_kill(char tag) { return tag == kStdinData || tag == kStdinEnd || tag == kKill; }
 inline constexpr char kStdoutData = '1', kStderrData = '2', kResult = 'X', kError = '!';
 
 // The error kinds of a '!' reply. NoSuchSandbox: a session that is closed, expired or never
@@ -119,8 +120,8 @@ Result<RunRequest> parse_run_request(std::string_view json, const Defaults& defa
 Result<SessionRequest> parse_create_request(std::string_view json, const Defaults& defaults);
 Result<FileVerb> parse_file_request(std::string_view json);
 Result<ForkRequest> parse_fork_request(std::string_view json);
-// The list verb: an empty object (or nothing).
-Result<void> parse_list_request(std::string_view json);
+// The verbs without arguments (list, keep, info): an empty object, or nothing.
+Result<void> parse_empty_request(std::string_view json, std::string_view verb);
 // The verbs that name a session alone (close, pause, resume): its id.
 Result<std::string> parse_session_ref(std::string_view json, std::string_view verb);
 

@@ -239,11 +239,11 @@ void Server::accept_handoff() {
         for (auto& fd : fds) {
             uid_t peer = 0;
             if (!peer_allowed(fd.get(), peer)) {
-                reply_and_close(std::move(fd), format_error(ErrorKind::InvalidRequest, "this daemon serves only its own user"));
+                reply_final({std::move(fd)}, format_error(ErrorKind::InvalidRequest, "this daemon serves only its own user"));
                 continue;
             }
             // The daemon handed it over once its first message was there: read it now.
-            serve_first_message(std::move(fd), peer);
+            serve_first_message({std::move(fd)}, peer);
         }
     }
 }
@@ -266,15 +266,26 @@ void Server::accept_connections() {
         std::string m = format_error(ErrorKind::Busy, "the daemon is out of file descriptors: try again");
         ::send(conn, m.data(), m.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     };
-    while ((fd = acceptor_.accept(shed)) >= 0) classify(unique_fd(fd));
+    while ((fd = acceptor_.accept(shed)) >= 0) classify({unique_fd(fd)});
     if (errno == EMFILE || errno == ENFILE) log::warn("sandbox: " + errno_text("accept"));
 }
 
 // A sandbox request is served here; anything else is the zygote loop's (which answers
 // garbage too). A connection whose first message is not there yet waits in the epoll set.
-void Server::classify(unique_fd conn) {
+void Server::classify(Connection conn) {
     char head[16];
     ssize_t n = ::recv(conn.get(), head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
+    // A kept connection between requests: stdin or kill messages the client sent before it
+    // read the last request's final message are that request's, and dropped (a few at a
+    // time: a client that sends more waits for the loop's next turn).
+    for (int dropped = 0; conn.keep && n > 0 && is_stdin_or_kill(head[0]); ++dropped) {
+        if (dropped == 64) {
+            await_request(std::move(conn));
+            return;
+        }
+        ::recv(conn.get(), head, 1, MSG_DONTWAIT | MSG_TRUNC);
+        n = ::recv(conn.get(), head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
+    }
     if (n < 0 && errno == EAGAIN) {
         uint64_t id = next_id_++;
         watch(conn.get(), EPOLLIN | EPOLLRDHUP, Watch::NewConn, id);
@@ -285,7 +296,7 @@ void Server::classify(unique_fd conn) {
     if (looks_like_sandbox_message(std::string_view(head, static_cast<size_t>(n)))) {
         uid_t peer = 0;
         if (!peer_allowed(conn.get(), peer)) {
-            reply_and_close(std::move(conn), format_error(ErrorKind::InvalidRequest, "this daemon serves only its own user"));
+            reply_final({std::move(conn.fd)}, format_error(ErrorKind::InvalidRequest, "this daemon serves only its own user"));
             return;
         }
         serve_first_message(std::move(conn), peer);
@@ -295,23 +306,37 @@ void Server::classify(unique_fd conn) {
     (void)send_with_fds(handoff_, "z", std::span<const int>(&fd, 1), "zygote handoff");
 }
 
-void Server::reply_and_close(unique_fd conn, const std::string& message) {
-    drain(conn.get());
-    // A final message: a client that does not read it loses it, never the daemon its time.
-    ::send(conn.get(), message.data(), message.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+// A kept connection after its final message. It waits in the epoll set even when its next
+// request is there already: serving that one here would recurse once per queued request.
+void Server::await_request(Connection conn) {
+    unwatch(conn.get());  // as a run's client
+    uint64_t id = next_id_++;
+    watch(conn.get(), EPOLLIN | EPOLLRDHUP, Watch::NewConn, id);
+    new_conns_[id] = std::move(conn);
+}
+
+// A request's final message. A client that does not read it loses it, never the daemon its
+// time. A connection that is not kept is closed after it, and what the client sent and
+// nobody will read is read first (closing over it resets the connection, and the client's
+// recv then fails before this message); a kept one keeps what follows: its next request.
+void Server::reply_final(Connection conn, const std::string& message) {
+    if (!conn) return;
+    if (!conn.keep) drain(conn.get());
+    ssize_t n = ::send(conn.get(), message.data(), message.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (conn.keep && n == static_cast<ssize_t>(message.size())) await_request(std::move(conn));
 }
 
 void Server::read_first_message(uint64_t id) {
     auto it = new_conns_.find(id);
     if (it == new_conns_.end()) return;
-    unique_fd conn = std::move(it->second);
+    Connection conn = std::move(it->second);
     new_conns_.erase(it);
     unwatch(conn.get());
     classify(std::move(conn));
 }
 
 // Every socket operation on a client passes MSG_DONTWAIT: its fd stays blocking.
-void Server::serve_first_message(unique_fd conn, uid_t peer) {
+void Server::serve_first_message(Connection conn, uid_t peer) {
     trace::mark("sandbox: request");
     ssize_t n = ::recv(conn.get(), read_buffer_.data(), read_buffer_.size(), MSG_TRUNC | MSG_DONTWAIT);
     if (n < 0 && errno == EAGAIN) {
@@ -322,19 +347,26 @@ void Server::serve_first_message(unique_fd conn, uid_t peer) {
     }
     if (n <= 0) return;  // gone
     if (static_cast<size_t>(n) > kMaxRequestBytes) {
-        reply_and_close(std::move(conn), format_error(ErrorKind::InvalidRequest,
-                                                      "the request is " + std::to_string(n) + " bytes: at most " +
-                                                          std::to_string(kMaxRequestBytes) + " are read"));
+        reply_final(std::move(conn), format_error(ErrorKind::InvalidRequest,
+                                                  "the request is " + std::to_string(n) + " bytes: at most " +
+                                                      std::to_string(kMaxRequestBytes) + " are read"));
         return;
     }
     std::string_view message(read_buffer_.data(), static_cast<size_t>(n));
     auto first = split_first_message(message);
     if (!first) {
-        reply_and_close(std::move(conn), format_error(ErrorKind::InvalidRequest, first.error().what()));
+        reply_final(std::move(conn), format_error(ErrorKind::InvalidRequest, first.error().what()));
         return;
     }
-    if (first->verb == "info") {
-        reply_and_close(std::move(conn), std::string(1, kResult) + info_json());
+    if (first->verb == "info" || first->verb == "keep") {
+        if (auto empty = parse_empty_request(first->body, first->verb); !empty) {
+            reply_final(std::move(conn), format_error(ErrorKind::InvalidRequest, empty.error().what()));
+            return;
+        }
+        bool keep = first->verb == "keep";
+        std::string reply = std::string(1, kResult) + (keep ? std::string("{\"keep\":true}") : info_json());
+        conn.keep = conn.keep || keep;
+        reply_final(std::move(conn), reply);
         return;
     }
     if (first->verb != "run") {
@@ -343,11 +375,11 @@ void Server::serve_first_message(unique_fd conn, uid_t peer) {
     }
     auto request = parse_run_request(first->body, opt_.defaults);
     if (!request) {
-        reply_and_close(std::move(conn), format_error(ErrorKind::InvalidRequest, request.error().what()));
+        reply_final(std::move(conn), format_error(ErrorKind::InvalidRequest, request.error().what()));
         return;
     }
     if (stopping_) {
-        reply_and_close(std::move(conn), format_error(ErrorKind::SandboxError, "the daemon is stopping"));
+        reply_final(std::move(conn), format_error(ErrorKind::SandboxError, "the daemon is stopping"));
         return;
     }
     if (!request->session.empty()) {
@@ -358,8 +390,8 @@ void Server::serve_first_message(unique_fd conn, uid_t peer) {
         return;
     }
     if (live_sandboxes() >= static_cast<size_t>(opt_.max_live)) {
-        reply_and_close(std::move(conn), format_error(ErrorKind::Busy, std::to_string(live_sandboxes()) +
-                                                                           " sandboxes are live: retry later"));
+        reply_final(std::move(conn), format_error(ErrorKind::Busy, std::to_string(live_sandboxes()) +
+                                                                       " sandboxes are live: retry later"));
         return;
     }
     place(start_run(std::move(conn), std::move(*request), peer));
@@ -844,7 +876,7 @@ int Server::retire_unneeded_held() {
 
 // --- runs ---
 
-Run& Server::start_run(unique_fd conn, RunRequest request, uid_t peer) {
+Run& Server::start_run(Connection conn, RunRequest request, uid_t peer) {
     auto r = std::make_unique<Run>();
     r->id = next_id_++;
     r->conn = std::move(conn);
@@ -1334,9 +1366,7 @@ void Server::maybe_finish(Run& r) {
 void Server::fail_run(Run& r, ErrorKind kind, const std::string& message) {
     if (!r.client_gone && !r.replied) {
         r.outbox.clear();
-        drain(r.conn.get());
-        std::string m = format_error(kind, message);
-        ::send(r.conn.get(), m.data(), m.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        reply_final(std::move(r.conn), format_error(kind, message));
     }
     r.replied = true;
     r.client_gone = true;
@@ -1358,6 +1388,8 @@ void Server::drop_run(uint64_t run_id) {
     auto it = runs_.find(run_id);
     if (it == runs_.end()) return;
     Run& r = *it->second;
+    // Its final message sent whole: a kept connection waits for the next request.
+    if (r.conn.keep && r.replied && !r.client_gone && r.outbox.empty()) await_request(std::move(r.conn));
     if (!r.session.empty()) {
         if (auto s = sessions_.find(r.session); s != sessions_.end()) s->second->runs.erase(r.id);
     } else if (r.embryo && embryos_.count(r.embryo)) {

@@ -39,6 +39,17 @@ enum class Watch : uint8_t { Signals, Handoff, Listener, Builder, NewConn, Contr
 
 inline uint64_t token(Watch w, uint64_t id) { return (static_cast<uint64_t>(w) << 56) | id; }
 
+// A client's connection. One that asked for it (the keep verb) carries request after
+// request: a final message leaves it open, waiting for the next (Server::reply_final);
+// any other is closed after its final message.
+struct Connection {
+    unique_fd fd;
+    bool keep = false;
+
+    int get() const { return fd.get(); }
+    explicit operator bool() const { return static_cast<bool>(fd); }
+};
+
 // One request being served on a connection: a command (in a fresh sandbox, or in a
 // session's), a file verb in a session, or the making of a session (for a create, or as
 // one child of a fork, which has no connection of its own).
@@ -46,7 +57,7 @@ struct Run {
     enum class Purpose : uint8_t { Command, File, MakeSession };
     uint64_t id = 0;
     Purpose purpose = Purpose::Command;
-    unique_fd conn;
+    Connection conn;
     uid_t peer = 0;
     RunRequest request;
     SandboxKind kind;
@@ -154,7 +165,7 @@ struct Session {
     // Who waits for the init's "s" / "t": a pause's or resume's connection, or a fork job.
     struct Waiter {
         char reply;  // 's' or 't'
-        unique_fd conn;
+        Connection conn;
         uint64_t job = 0;
     };
     std::deque<Waiter> waiters;
@@ -163,7 +174,7 @@ struct Session {
 // A fork: its parent is stopped, `count` children copy its state, it goes on.
 struct ForkJob {
     uint64_t id = 0;
-    unique_fd conn;
+    Connection conn;
     std::string parent;
     uint64_t count = 0;
     std::vector<uint64_t> children;  // their MakeSession runs
@@ -194,11 +205,12 @@ private:
 
     void accept_handoff();
     void accept_connections();
-    void classify(unique_fd conn);
+    void classify(Connection conn);
     bool peer_allowed(int conn, uid_t& peer);  // peer: its uid
     void read_first_message(uint64_t id);
-    void reply_and_close(unique_fd conn, const std::string& message);
-    Run& start_run(unique_fd conn, RunRequest request, uid_t peer);
+    void await_request(Connection conn);
+    void reply_final(Connection conn, const std::string& message);
+    Run& start_run(Connection conn, RunRequest request, uid_t peer);
     std::string info_json();
     size_t live_sandboxes() const;
 
@@ -237,19 +249,19 @@ private:
     void drop_run(uint64_t run_id);
     void collect_usage(Run& r, Embryo& e, RunOutcome& o);
     void open_usage_files(Embryo& e);
-    void serve_first_message(unique_fd conn, uid_t peer);
+    void serve_first_message(Connection conn, uid_t peer);
     oci::Resources limits_for(uint64_t memory_mb, uint64_t pids, double cpus) const;
     void shutdown();
 
     // sessions.cpp
-    void serve_session_verb(unique_fd conn, const FirstMessage& first, uid_t peer);
-    Session* find_session(const std::string& id, uid_t peer, unique_fd& conn);
+    void serve_session_verb(Connection conn, const FirstMessage& first, uid_t peer);
+    Session* find_session(const std::string& id, uid_t peer, Connection& conn);
     void start_in_session(Run& r, Session& s);
     void release_session(Run& r, Embryo& e);
     void session_made(Run& r, Embryo& e, unique_fd stage);
     void finish_file_verb(Run& r, const RunOutcome& o);
     void close_session(std::string id, const std::string& reason);  // by value: it erases its holder
-    void start_fork(unique_fd conn, Session& parent, uint64_t count);
+    void start_fork(Connection conn, Session& parent, uint64_t count);
     void on_session_stopped(Session& s, char reply);
     bool has_freezer() const;
     bool only_init_lives(const Session& s) const;
@@ -273,7 +285,7 @@ private:
     bool use_cgroups_ = false;
     bool idmapped_lower_ = true;  // until it fails once
     CgroupLayout layout_;         // the hierarchies sandboxes get cgroups in
-    std::map<uint64_t, unique_fd> new_conns_;
+    std::map<uint64_t, Connection> new_conns_;  // waiting for a first message
     std::map<uint64_t, std::unique_ptr<Embryo>> embryos_;
     std::map<uint64_t, std::unique_ptr<Run>> runs_;
     std::map<SandboxKind, Pool> pools_;

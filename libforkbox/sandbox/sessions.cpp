@@ -44,10 +44,6 @@ std::string new_session_id() {
     return id;
 }
 
-void send_final(const unique_fd& conn, const std::string& m) {
-    if (conn) ::send(conn.get(), m.data(), m.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-}
-
 std::string result(const std::function<void(json::Writer&)>& fill) {
     json::Writer w;
     w.begin_object();
@@ -60,19 +56,19 @@ double seconds_since(Clock::time_point t) { return ms_between(t, Clock::now()) /
 
 }  // namespace
 
-void Server::serve_session_verb(unique_fd conn, const FirstMessage& first, uid_t peer) {
+void Server::serve_session_verb(Connection conn, const FirstMessage& first, uid_t peer) {
     const std::string& verb = first.verb;
-    auto invalid = [&](const Error& e) { reply_and_close(std::move(conn), format_error(ErrorKind::InvalidRequest, e.what())); };
+    auto invalid = [&](const Error& e) { reply_final(std::move(conn), format_error(ErrorKind::InvalidRequest, e.what())); };
     if (stopping_ && verb != "list") {
-        reply_and_close(std::move(conn), format_error(ErrorKind::SandboxError, "the daemon is stopping"));
+        reply_final(std::move(conn), format_error(ErrorKind::SandboxError, "the daemon is stopping"));
         return;
     }
     if (verb == "create") {
         auto request = parse_create_request(first.body, opt_.defaults);
         if (!request) return invalid(request.error());
         if (live_sandboxes() >= static_cast<size_t>(opt_.max_live)) {
-            reply_and_close(std::move(conn), format_error(ErrorKind::Busy, std::to_string(live_sandboxes()) +
-                                                                               " sandboxes are live: retry later"));
+            reply_final(std::move(conn), format_error(ErrorKind::Busy, std::to_string(live_sandboxes()) +
+                                                                           " sandboxes are live: retry later"));
             return;
         }
         RunRequest placeholder;
@@ -85,8 +81,8 @@ void Server::serve_session_verb(unique_fd conn, const FirstMessage& first, uid_t
         return;
     }
     if (verb == "list") {
-        if (auto ref = parse_list_request(first.body); !ref) return invalid(ref.error());
-        reply_and_close(std::move(conn), sessions_json(peer));
+        if (auto ref = parse_empty_request(first.body, "list"); !ref) return invalid(ref.error());
+        reply_final(std::move(conn), sessions_json(peer));
         return;
     }
     if (verb == "file") {
@@ -122,7 +118,7 @@ void Server::serve_session_verb(unique_fd conn, const FirstMessage& first, uid_t
         if (!s) return;
         if (verb == "close") {
             close_session(s->id, "closed by its client");
-            reply_and_close(std::move(conn), result([&](json::Writer& w) { w.key("closed").value(*id); }));
+            reply_final(std::move(conn), result([&](json::Writer& w) { w.key("closed").value(*id); }));
             return;
         }
         bool pause = verb == "pause";
@@ -131,19 +127,19 @@ void Server::serve_session_verb(unique_fd conn, const FirstMessage& first, uid_t
                        std::any_of(forks_.begin(), forks_.end(), [&](auto& f) { return f.second->parent == s->id; });
         if (pause == s->paused || !e || !e->control || pending) {
             if (pending) {
-                reply_and_close(std::move(conn), format_error(ErrorKind::Busy, "the sandbox is being forked: retry later"));
+                reply_final(std::move(conn), format_error(ErrorKind::Busy, "the sandbox is being forked: retry later"));
                 return;
             }
-            reply_and_close(std::move(conn), result([&](json::Writer& w) { w.key("paused").value(s->paused); }));
+            reply_final(std::move(conn), result([&](json::Writer& w) { w.key("paused").value(s->paused); }));
             return;
         }
         if (has_freezer()) {
             if (auto done = freeze_session(*s, pause); !done) {
-                reply_and_close(std::move(conn), format_error(ErrorKind::SandboxError, verb + ": " + done.error().what()));
+                reply_final(std::move(conn), format_error(ErrorKind::SandboxError, verb + ": " + done.error().what()));
                 return;
             }
             s->paused = pause;
-            reply_and_close(std::move(conn), result([&](json::Writer& w) { w.key("paused").value(s->paused); }));
+            reply_final(std::move(conn), result([&](json::Writer& w) { w.key("paused").value(s->paused); }));
             return;
         }
         std::string m(1, pause ? 'S' : 'T');
@@ -151,19 +147,19 @@ void Server::serve_session_verb(unique_fd conn, const FirstMessage& first, uid_t
         s->waiters.push_back(Session::Waiter{pause ? 's' : 't', std::move(conn), 0});
         return;
     }
-    reply_and_close(std::move(conn), format_error(ErrorKind::InvalidRequest,
-                                                  "unknown verb \"" + verb.substr(0, 32) +
-                                                      "\" (this daemon serves: run, info, create, file, fork, pause, resume, "
-                                                      "list, close)"));
+    reply_final(std::move(conn), format_error(ErrorKind::InvalidRequest,
+                                              "unknown verb \"" + verb.substr(0, 32) +
+                                                  "\" (this daemon serves: run, info, keep, create, file, fork, pause, "
+                                                  "resume, list, close)"));
 }
 
-Session* Server::find_session(const std::string& id, uid_t peer, unique_fd& conn) {
+Session* Server::find_session(const std::string& id, uid_t peer, Connection& conn) {
     auto it = sessions_.find(id);
     // Another user's session is not there for this peer.
     if (it != sessions_.end() && (it->second->owner == peer || peer == euid_)) return it->second.get();
     std::string why = "no sandbox \"" + id + "\" here";
     if (auto e = ended_.find(id); e != ended_.end() && it == sessions_.end()) why = "the sandbox " + id + " has ended: " + e->second;
-    reply_and_close(std::move(conn), format_error(ErrorKind::NoSuchSandbox, why));
+    reply_final(std::move(conn), format_error(ErrorKind::NoSuchSandbox, why));
     return nullptr;
 }
 
@@ -206,7 +202,7 @@ void Server::session_made(Run& r, Embryo& e, unique_fd stage) {
         fork_child_done(r.job, r.id, id, "");
     } else {
         Session& made = *sessions_.at(id);
-        send_final(r.conn, result([&](json::Writer& w) {
+        reply_final(std::move(r.conn), result([&](json::Writer& w) {
             w.key("session").value(id);
             w.key("limits").begin_object();
             std::string limit = use_cgroups_ ? "cgroup" : "rlimit";
@@ -358,7 +354,7 @@ void Server::close_session(std::string id, const std::string& reason) {
         if (auto r = runs_.find(run); r != runs_.end())
             fail_run(*r->second, ErrorKind::NoSuchSandbox, "the sandbox " + id + " has ended: " + reason);
     for (auto& w : s.waiters) {
-        send_final(w.conn, format_error(ErrorKind::NoSuchSandbox, "the sandbox " + id + " has ended: " + reason));
+        reply_final(std::move(w.conn), format_error(ErrorKind::NoSuchSandbox, "the sandbox " + id + " has ended: " + reason));
         if (w.job && forks_.count(w.job)) {
             ForkJob& job = *forks_.at(w.job);
             job.error = "the parent sandbox ended: " + reason;
@@ -389,7 +385,7 @@ void Server::on_session_stopped(Session& s, char reply) {
         return;
     }
     if (w.reply == 's' || w.reply == 't') s.paused = w.reply == 's';
-    send_final(w.conn, result([&](json::Writer& wr) { wr.key("paused").value(s.paused); }));
+    reply_final(std::move(w.conn), result([&](json::Writer& wr) { wr.key("paused").value(s.paused); }));
 }
 
 // A held embryo of `kind` for a fork's child: told to build its root from a copy of
@@ -440,7 +436,7 @@ void Server::start_fork_children(ForkJob& j, Session& s) {
         RunRequest placeholder;
         placeholder.network = s.kind.network;
         placeholder.mounts = s.kind.mounts;
-        Run& r = start_run(unique_fd{}, std::move(placeholder), s.owner);
+        Run& r = start_run(Connection{}, std::move(placeholder), s.owner);
         r.purpose = Run::Purpose::MakeSession;
         r.make = s.settings;
         r.parent = s.id;
@@ -488,15 +484,15 @@ Result<void> Server::freeze_session(Session& s, bool frozen) {
     return {};
 }
 
-void Server::start_fork(unique_fd conn, Session& parent, uint64_t count) {
+void Server::start_fork(Connection conn, Session& parent, uint64_t count) {
     if (live_sandboxes() + count > static_cast<size_t>(opt_.max_live)) {
-        reply_and_close(std::move(conn), format_error(ErrorKind::Busy, std::to_string(live_sandboxes()) +
-                                                                           " sandboxes are live: retry later"));
+        reply_final(std::move(conn), format_error(ErrorKind::Busy, std::to_string(live_sandboxes()) +
+                                                                       " sandboxes are live: retry later"));
         return;
     }
     auto it = embryos_.find(parent.embryo);
     if (it == embryos_.end() || !it->second->control || !parent.stage) {
-        reply_and_close(std::move(conn), format_error(ErrorKind::SandboxError, "the sandbox " + parent.id + " is gone"));
+        reply_final(std::move(conn), format_error(ErrorKind::SandboxError, "the sandbox " + parent.id + " is gone"));
         return;
     }
     auto made = std::make_unique<ForkJob>();
@@ -518,7 +514,7 @@ void Server::start_fork(unique_fd conn, Session& parent, uint64_t count) {
         start_fork_children(job, parent);
     } else if (has_freezer()) {
         if (auto frozen = freeze_session(parent, true); !frozen) {
-            send_final(job.conn, format_error(ErrorKind::SandboxError, "fork: freeze: " + frozen.error().what()));
+            reply_final(std::move(job.conn), format_error(ErrorKind::SandboxError, "fork: freeze: " + frozen.error().what()));
             forks_.erase(id);
             return;
         }
@@ -572,10 +568,10 @@ void Server::finish_fork(ForkJob& job) {
     resume_fork_parent(job);
     if (job.failed) {
         for (const auto& id : job.made) close_session(id, "its fork failed");
-        send_final(job.conn, format_error(ErrorKind::SandboxError, "fork: " + job.error));
+        reply_final(std::move(job.conn), format_error(ErrorKind::SandboxError, "fork: " + job.error));
     } else {
         std::vector<std::string> ordered = job.made;
-        send_final(job.conn, result([&](json::Writer& w) {
+        reply_final(std::move(job.conn), result([&](json::Writer& w) {
             w.key("sessions").begin_array();
             for (const auto& id : ordered) w.value(id);
             w.end_array();

@@ -399,6 +399,11 @@ def encode_info() -> bytes:
     return _frame("info", {})
 
 
+def encode_keep() -> bytes:
+    """The message of a ``keep`` request: the daemon keeps the connection for more."""
+    return _frame("keep", {})
+
+
 def stdin_messages(data: bytes, chunk: int = STDIN_CHUNK, eof: bool = True) -> Iterator[bytes]:
     """The ``I`` messages (at most ``chunk`` bytes of data each) then, with ``eof``, the
     ``E`` message."""

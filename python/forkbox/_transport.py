@@ -1,6 +1,10 @@
 """One connection to the daemon, message by message: :class:`Channel` (blocking, with
 ``poll``) and :class:`AsyncChannel` (asyncio).
 
+A channel may carry request after request (the ``keep`` verb): :meth:`_Core.ask_keep`
+sends it ahead of the first request, and the daemon's answer to it is taken here, before
+the request's own messages, so that callers see only those.
+
 A channel keeps a queue of messages to send and sends them while it waits to receive, so
 that standard input written to a command never deadlocks against the output it makes (the
 daemon stops reading when its own sends to us block). A message received while the caller
@@ -18,9 +22,9 @@ import time
 from typing import Callable, Deque, Iterable, Optional
 
 from .errors import InvalidRequest, ProtocolError, SandboxError
-from ._protocol import RECV_BUFFER
+from ._protocol import RECV_BUFFER, TAG_RESULT, encode_keep
 
-__all__ = ["Channel", "AsyncChannel", "BusyRetry"]
+__all__ = ["Channel", "AsyncChannel", "BusyRetry", "KeepRefused"]
 
 _MSG_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 _MSG_TRUNC = getattr(socket, "MSG_TRUNC", 0x20)
@@ -31,6 +35,11 @@ _MAX_RESETS = 2
 
 def _backoff(attempt: int) -> float:
     return float(min(0.5, 0.01 * 2.0 ** min(attempt, 6)) * (0.5 + random.random()))
+
+
+class KeepRefused(Exception):
+    """The daemon refused the ``keep`` verb (one older than it): it closed the connection
+    without reading the request sent after it. Send that again on a new connection."""
 
 
 class BusyRetry:
@@ -66,6 +75,7 @@ class _Core:
         deadline: Optional[float],
         timeout_error: Callable[[], SandboxError],
         closed_error: Callable[[], SandboxError],
+        kept: bool = False,
     ) -> None:
         sock.setblocking(False)
         self.sock = sock
@@ -77,10 +87,39 @@ class _Core:
         self.inbox: Deque[bytes] = collections.deque()
         self.resets = 0
         self.eof = False
+        self.kept = kept
+        """The daemon keeps this connection open after a final message (``keep``)."""
+        self._keep_asked = False
 
     def queue(self, messages: Iterable[bytes]) -> None:
         """Messages to send, in order, as the socket takes them."""
         self.pending.extend(messages)
+
+    def ask_keep(self) -> None:
+        """Ask the daemon to keep this connection for later requests: the ``keep`` verb,
+        sent before what is queued next and without waiting for its answer."""
+        self.pending.append(encode_keep())
+        self._keep_asked = True
+
+    def reusable(self) -> bool:
+        """True when the connection may carry another request: the daemon keeps it, and
+        nothing went wrong on it. Call once the final message was received."""
+        return self.kept and not self.eof and self.resets == 0
+
+    def _take(self) -> Optional[bytes]:
+        """The inbox's first message, or None when it was the answer to ``keep``.
+
+        Raises:
+            KeepRefused: ``keep`` was answered with an error.
+        """
+        msg = self.inbox.popleft()
+        if not self._keep_asked:
+            return msg
+        self._keep_asked = False
+        if msg[:1] != bytes([TAG_RESULT]):
+            raise KeepRefused()
+        self.kept = True
+        return None
 
     def _try_send(self) -> bool:
         """Send the first pending message if the socket takes it now. True if it did."""
@@ -177,16 +216,19 @@ class Channel(_Core):
             SandboxError: the deadline passed (the caller closes), the daemon closed.
         """
         until = self._until(timeout)
-        while not self.inbox:
-            if timeout == 0:
-                # Without waiting: what the socket holds now.
-                self._try_send()
-                if not self._try_recv():
+        while True:
+            while not self.inbox:
+                if timeout == 0:
+                    # Without waiting: what the socket holds now.
+                    self._try_send()
+                    if not self._try_recv():
+                        return None
+                    continue
+                if not self._step(until):
                     return None
-                continue
-            if not self._step(until):
-                return None
-        return self.inbox.popleft()
+            msg = self._take()
+            if msg is not None:
+                return msg
 
     def flush(self) -> None:
         """Send every pending message (receiving into the inbox meanwhile)."""
@@ -232,15 +274,18 @@ class AsyncChannel(_Core):
         """The next message, sending pending ones meanwhile: the coroutine of
         :meth:`Channel.recv`."""
         until = self._until(timeout)
-        while not self.inbox:
-            if timeout == 0:
-                self._try_send()
-                if not self._try_recv():
+        while True:
+            while not self.inbox:
+                if timeout == 0:
+                    self._try_send()
+                    if not self._try_recv():
+                        return None
+                    continue
+                if not await self._step(until):
                     return None
-                continue
-            if not await self._step(until):
-                return None
-        return self.inbox.popleft()
+            msg = self._take()
+            if msg is not None:
+                return msg
 
     async def flush(self) -> None:
         """Send every pending message (receiving into the inbox meanwhile)."""

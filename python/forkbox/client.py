@@ -37,7 +37,8 @@ from ._protocol import (
     encode_run,
     stdin_messages,
 )
-from ._transport import AsyncChannel, BusyRetry, Channel
+from ._pool import IdleConnections
+from ._transport import AsyncChannel, BusyRetry, Channel, KeepRefused
 from .async_sandbox import AsyncSandbox
 from .errors import DaemonNotRunning, ForkboxError, InvalidRequest, ProtocolError, SandboxError
 from .result import RunResult, SandboxInfo
@@ -57,9 +58,9 @@ VERB_TIMEOUT_S = 60.0
 class _ClientMethod(Generic[R]):
     """A method callable on an instance or on the class.
 
-    ``client.run(...)`` is an ordinary method call. ``Forkbox.run(...)`` makes a default
-    client (``Forkbox()``: socket from the environment, autostart as configured there)
-    for that one call.
+    ``client.run(...)`` is an ordinary method call. ``Forkbox.run(...)`` calls the default
+    client (``Forkbox()``: socket from the environment, autostart as configured there),
+    one per socket and autostart setting, kept for later calls with its idle connections.
     """
 
     def __init__(self, func: Callable[..., R]) -> None:
@@ -84,21 +85,45 @@ class _ClientMethod(Generic[R]):
 
             @functools.wraps(func)
             async def call_async(*args: Any, **kwargs: Any) -> Any:
-                return await func(cls(), *args, **kwargs)  # type: ignore[misc]
+                return await func(_default_client(cls), *args, **kwargs)  # type: ignore[misc]
 
             call_async.__signature__ = self._class_signature  # type: ignore[attr-defined]
             return call_async  # type: ignore[return-value]
 
         @functools.wraps(func)
         def call(*args: Any, **kwargs: Any) -> R:
-            return func(cls(), *args, **kwargs)  # type: ignore[misc]
+            return func(_default_client(cls), *args, **kwargs)  # type: ignore[misc]
 
         call.__signature__ = self._class_signature  # type: ignore[attr-defined]
         return call
 
 
+# The clients of class-level calls, by class, socket and autostart (the environment may
+# change between calls); the oldest goes beyond a few.
+_DEFAULT_CLIENTS: "Dict[Any, _ClientBase]" = {}
+_MAX_DEFAULT_CLIENTS = 8
+
+
+def _autostart_for(autostart: Optional[bool], socket_is_default: bool) -> bool:
+    if _daemon.autostart_disabled_by_env():
+        return False
+    return socket_is_default if autostart is None else autostart
+
+
+def _default_client(cls: Type[Any]) -> Any:
+    path, is_default = _daemon.resolve_socket(None)
+    key = (cls, path, _autostart_for(None, is_default))
+    client = _DEFAULT_CLIENTS.get(key)
+    if client is None:
+        while len(_DEFAULT_CLIENTS) >= _MAX_DEFAULT_CLIENTS:
+            _DEFAULT_CLIENTS.pop(next(iter(_DEFAULT_CLIENTS))).close()
+        client = _DEFAULT_CLIENTS.setdefault(key, cls())
+    return client
+
+
 class _ClientBase:
-    """What both clients share: configuration, socket resolution, deadlines."""
+    """What both clients share: configuration, socket resolution, deadlines, idle
+    connections."""
 
     def __init__(
         self,
@@ -109,6 +134,7 @@ class _ClientBase:
         timeout_grace_s: float = 5.0,
         busy_retry_s: float = 30.0,
         connect_timeout_s: float = 10.0,
+        keep_connections: bool = True,
     ) -> None:
         explicit = os.fspath(socket) if socket is not None else None
         path, is_default = _daemon.resolve_socket(explicit)
@@ -119,12 +145,7 @@ class _ClientBase:
         ``FORKBOX_SOCKET``)."""
         if autostart is not None and not isinstance(autostart, bool):
             raise InvalidRequest(f"autostart must be a bool or None, not {autostart!r}")
-        if _daemon.autostart_disabled_by_env():
-            self.autostart: bool = False
-        elif autostart is None:
-            self.autostart = is_default
-        else:
-            self.autostart = autostart
+        self.autostart: bool = _autostart_for(autostart, is_default)
         for name, v in (("request_timeout_s", request_timeout_s),):
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
                 raise InvalidRequest(f"{name} must be a positive number or None, not {v!r}")
@@ -136,6 +157,33 @@ class _ClientBase:
         self.timeout_grace_s: float = float(timeout_grace_s)
         self.busy_retry_s: float = float(busy_retry_s)
         self.connect_timeout_s: float = float(connect_timeout_s)
+        if not isinstance(keep_connections, bool):
+            raise InvalidRequest(f"keep_connections must be a bool, not {keep_connections!r}")
+        self.keep_connections: bool = keep_connections
+        self._idle = IdleConnections(self)
+        self._keep_refused = False  # by a daemon older than the keep verb
+
+    def close(self) -> None:
+        """Close the idle connections this client keeps (the client stays usable: a later
+        call connects again). They are closed too when the client is collected, and at the
+        end of ``with Forkbox(...) as fb:`` (``async with`` for :class:`AsyncForkbox`)."""
+        self._idle.close()
+
+    def _reuse(self) -> Optional[socket.socket]:
+        """An idle kept connection, or None."""
+        return self._idle.take() if self.keep_connections else None
+
+    def _asks_keep(self, keep: bool) -> bool:
+        return keep and self.keep_connections and not self._keep_refused
+
+    def _finish(self, ch: Union[Channel, AsyncChannel], clean: bool) -> None:
+        """Done with ``ch``: kept for the next call when its request ended with its final
+        message on a connection the daemon keeps, else closed (which ends whatever the
+        daemon still does for it)."""
+        if clean and ch.reusable():
+            self._idle.put(ch.sock)
+        else:
+            ch.close()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(socket={self.socket_path!r}, autostart={self.autostart})"
@@ -185,7 +233,9 @@ class _ClientBase:
 class Forkbox(_ClientBase):
     """A blocking client of a forkbox daemon.
 
-    Every call opens its own connection, so one client may be shared by threads.
+    A call takes a connection of its own: one the client kept from an earlier call (the
+    daemon keeps it open between requests), else a new one. One client may be shared by
+    threads.
 
     Args:
         socket: the daemon's socket. Default: ``$FORKBOX_SOCKET``, else
@@ -206,10 +256,19 @@ class Forkbox(_ClientBase):
         busy_retry_s: how long ``busy`` replies are retried (with backoff) before
             :class:`SandboxBusy` is raised; ``0`` raises at once.
         connect_timeout_s: the most ``connect`` may take.
+        keep_connections: keep connections open between calls (at most a few, idle),
+            which saves each later call a ``connect``; ``False``: one connection per call.
+            :meth:`close` closes the idle ones.
 
     A client-side deadline that passes closes the connection, which kills the sandbox, and
     raises :class:`SandboxError`.
     """
+
+    def __enter__(self) -> "Forkbox":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _connect(self, deadline: Optional[float]) -> socket.socket:
         timeout = self.connect_timeout_s
@@ -225,9 +284,17 @@ class Forkbox(_ClientBase):
         _daemon.start_daemon(self.socket_path)
         return _daemon.connect_blocking(self.socket_path, timeout)
 
-    def _open(self, deadline: Optional[float], budget: Optional[float]) -> Channel:
-        """A channel on a new connection, bounded by ``deadline``."""
-        return Channel(self._connect(deadline), self.socket_path, deadline, **self._channel_errors(budget))
+    def _open(self, deadline: Optional[float], budget: Optional[float], keep: bool = False) -> Channel:
+        """A channel bounded by ``deadline``: on an idle kept connection, else on a new one
+        (asking the daemon to keep it when ``keep``: give it back with :meth:`_finish`)."""
+        errors = self._channel_errors(budget)
+        sock = self._reuse()
+        if sock is not None:
+            return Channel(sock, self.socket_path, deadline, kept=True, **errors)
+        ch = Channel(self._connect(deadline), self.socket_path, deadline, **errors)
+        if self._asks_keep(keep):
+            ch.ask_keep()
+        return ch
 
     def _exchange(self, kind: str, first: bytes, stdin: Optional[bytes], budget: Optional[float],
                   **exchange: Any) -> Any:
@@ -239,7 +306,8 @@ class Forkbox(_ClientBase):
         retry = BusyRetry(self.busy_retry_s, deadline)
         while True:
             ex = Exchange(kind, **exchange)
-            ch = self._open(deadline, budget)
+            ch = self._open(deadline, budget, keep=True)
+            clean = False
             try:
                 ch.queue([first])
                 if stdin is not None:
@@ -248,8 +316,12 @@ class Forkbox(_ClientBase):
                     msg = ch.recv()
                     if msg is not None and ex.feed(msg):
                         break
+                clean = True
+            except KeepRefused:
+                self._keep_refused = True
+                continue  # the request was not read: again, on a connection of its own
             finally:
-                ch.close()
+                self._finish(ch, clean)
             if ex.busy and not ex.data_received:
                 pause = retry.pause()
                 if pause is not None:
@@ -429,11 +501,18 @@ class Forkbox(_ClientBase):
 class AsyncForkbox(_ClientBase):
     """The asyncio client: the same calls as :class:`Forkbox`, as coroutines.
 
-    Each call opens its own non-blocking connection, so many runs may go on at once on one
-    client (``asyncio.gather(*(client.run(...) for ...))``). Takes the same constructor
+    Each call takes a non-blocking connection of its own (kept from an earlier call, or
+    new), so many runs may go on at once on one client
+    (``asyncio.gather(*(client.run(...) for ...))``). Takes the same constructor
     arguments as :class:`Forkbox`. Autostart (a blocking start-up wait) runs in the loop's
     default executor.
     """
+
+    async def __aenter__(self) -> "AsyncForkbox":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
 
     async def _connect(self, deadline: Optional[float]) -> socket.socket:
         loop = asyncio.get_running_loop()
@@ -467,10 +546,16 @@ class AsyncForkbox(_ClientBase):
             sock.close()
             raise
 
-    async def _open(self, deadline: Optional[float], budget: Optional[float]) -> AsyncChannel:
-        """A channel on a new connection, bounded by ``deadline``."""
-        sock = await self._connect(deadline)
-        return AsyncChannel(sock, self.socket_path, deadline, **self._channel_errors(budget))
+    async def _open(self, deadline: Optional[float], budget: Optional[float], keep: bool = False) -> AsyncChannel:
+        """A channel bounded by ``deadline``: the coroutine of :meth:`Forkbox._open`."""
+        errors = self._channel_errors(budget)
+        sock = self._reuse()
+        if sock is not None:
+            return AsyncChannel(sock, self.socket_path, deadline, kept=True, **errors)
+        ch = AsyncChannel(await self._connect(deadline), self.socket_path, deadline, **errors)
+        if self._asks_keep(keep):
+            ch.ask_keep()
+        return ch
 
     async def _exchange(self, kind: str, first: bytes, stdin: Optional[bytes], budget: Optional[float],
                         **exchange: Any) -> Any:
@@ -481,7 +566,8 @@ class AsyncForkbox(_ClientBase):
             if deadline is not None and time.monotonic() >= deadline:
                 raise self._timeout_error(budget or 0.0)
             ex = Exchange(kind, **exchange)
-            ch = await self._open(deadline, budget)
+            ch = await self._open(deadline, budget, keep=True)
+            clean = False
             try:
                 ch.queue([first])
                 if stdin is not None:
@@ -490,8 +576,12 @@ class AsyncForkbox(_ClientBase):
                     msg = await ch.recv()
                     if msg is not None and ex.feed(msg):
                         break
+                clean = True
+            except KeepRefused:
+                self._keep_refused = True
+                continue  # the request was not read: again, on a connection of its own
             finally:
-                ch.close()
+                self._finish(ch, clean)
             if ex.busy and not ex.data_received:
                 pause = retry.pause()
                 if pause is not None:

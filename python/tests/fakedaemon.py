@@ -5,8 +5,10 @@ scripted answers, so that the client's encoding, decoding, error mapping, stdin
 streaming, deadlines and reconnects are tested without the daemon.
 
 Used two ways:
-- in-process: ``FakeDaemon(path, handler)`` serves each connection with ``handler(conn)``
-  in a thread;
+- in-process: ``FakeDaemon(path, handler)`` serves each request with ``handler(conn)``
+  in a thread per connection. A connection that asks for ``keep`` carries request after
+  request, as the daemon's do: the handler is called again for each (``keep=False``: the
+  verb is refused, as by a daemon older than it);
 - as a program: ``python3 fakedaemon.py daemon --socket PATH`` (the ``FORKBOX_BIN`` of the
   autostart tests): serves ``info`` and echoes a run's argv; appends its pid to
   ``PATH.starts``; SIGTERM stops it.
@@ -29,9 +31,15 @@ class Conn:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.received: List[bytes] = []
+        self.kept = False
+        self.closed = False
+        self.finals = 0  # final messages sent
+        self._unread: List[bytes] = []
 
     def recv(self, timeout: Optional[float] = 10.0) -> bytes:
         """One message (b"" at the client's close or on timeout)."""
+        if self._unread:
+            return self._unread.pop()
         self.sock.settimeout(timeout)
         try:
             data = self.sock.recv(RECV)
@@ -48,6 +56,11 @@ class Conn:
 
     def send(self, data: bytes) -> None:
         self.sock.send(data)
+        self.finals += data[:1] in (b"X", b"!")
+
+    def unread(self, message: bytes) -> None:
+        """Give ``message`` back: the next :meth:`recv` returns it."""
+        self._unread.append(message)
 
     def result(self, **fields: Any) -> None:
         obj = {"exit_code": 0, "signal": None, "timed_out": False, "oom_killed": False,
@@ -70,15 +83,18 @@ class Conn:
             chunks.append(m[1:])
 
     def close(self) -> None:
+        self.closed = True
         self.sock.close()
 
 
 class FakeDaemon:
     """Serves ``handler(conn)`` for every connection on ``path`` until :meth:`stop`."""
 
-    def __init__(self, path: str, handler: Callable[[Conn], None]) -> None:
+    def __init__(self, path: str, handler: Callable[[Conn], None], keep: bool = True) -> None:
         self.path = path
         self.handler = handler
+        self.keep = keep
+        self.keeps = 0  # keep verbs answered
         self.conns: List[Conn] = []
         self.errors: List[BaseException] = []
         self.lock = threading.Lock()
@@ -102,7 +118,27 @@ class FakeDaemon:
 
     def _serve(self, c: Conn) -> None:
         try:
-            self.handler(c)
+            first = c.recv()
+            if first.startswith(b"sandbox/1 keep\n"):
+                c.received.pop()
+                if not self.keep:
+                    c.error("invalid_request", 'unknown verb "keep"')
+                    return
+                c.kept = True
+                with self.lock:
+                    self.keeps += 1
+                c.send(b'X{"keep":true}')
+                first = c.recv()
+            while first:
+                c.unread(first)
+                finals = c.finals
+                self.handler(c)
+                if not c.kept or c.closed or c.finals == finals:
+                    return
+                # The next request; what the last one's client sent after its end is dropped.
+                first = c.recv(timeout=30)
+                while first[:1] in (b"I", b"E", b"K"):
+                    first = c.recv(timeout=30)
         except BaseException as e:  # noqa: BLE001 - reported by the test
             with self.lock:
                 self.errors.append(e)

@@ -364,6 +364,62 @@ def test_bad_request_gets_an_error_and_daemon_keeps_serving(daemon, name):
     assert raw_info(daemon.sock) is not None, "the daemon stopped answering"
 
 
+def test_a_kept_connection_carries_requests_in_a_row(daemon):
+    """The keep verb (docs/sandbox-protocol.md): a request sent at once after it, errors
+    that leave the connection kept, a late request's stdin dropped, a zygote request handed
+    on, the close at the end."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.settimeout(60)
+
+    def request(verb, obj):
+        return f"sandbox/1 {verb}\n".encode() + json.dumps(obj).encode()
+
+    def answer():
+        out = []
+        while True:
+            m = s.recv(1 << 17)
+            out.append(m)
+            if m[:1] in (b"", b"X", b"!"):
+                return out
+
+    def run(argv, **kw):
+        s.send(request("run", {"argv": argv, **kw}))
+        msgs = answer()
+        return b"".join(m[1:] for m in msgs if m[:1] == b"1"), json.loads(msgs[-1][1:])
+
+    try:
+        s.connect(daemon.sock)
+        s.send(request("keep", {}))
+        s.send(request("run", {"argv": ["echo", "one"]}))  # without waiting for keep's answer
+        assert answer() == [b'X{"keep":true}']
+        assert answer()[0] == b"1one\n"
+        assert run(["echo", "two"])[0] == b"two\n"
+        s.send(request("info", {}))
+        assert json.loads(answer()[-1][1:])["protocol"] == 1
+        # Standard input the last run had no use for, then a kill: that run's, dropped.
+        for m in (b"Ilate", b"E", b"K9"):
+            s.send(m)
+        assert run(["echo", "three"])[0] == b"three\n"
+        s.send(request("run", {"argv": ["cat"], "stdin": True}))
+        s.send(b"Ipiped")
+        s.send(b"E")
+        msgs = answer()
+        assert msgs[0] == b"1piped" and json.loads(msgs[-1][1:])["exit_code"] == 0, msgs
+        s.send(request("run", {"argv": []}))
+        assert json.loads(answer()[-1][1:])["error"] == "invalid_request"
+        out, res = run(["sh", "-c", "sleep 5"], timeout_ms=100)
+        assert res["timed_out"] and res["exit_code"] == 124, res
+        s.send(request("keep", {"again": 1}))
+        assert "again" in json.loads(answer()[-1][1:])["message"]
+        assert run(["echo", "still"])[0] == b"still\n"
+        s.send(b"not a sandbox request")  # the zygote loop's, which answers and closes
+        assert answer()[-1][:1] == b"!"
+        assert s.recv(16) == b""
+    finally:
+        s.close()
+    assert raw_info(daemon.sock) is not None, "the daemon stopped answering"
+
+
 def test_unknown_key_through_the_sdk_is_invalid_request(daemon):
     # The SDK only sends keys it knows; a raw one shows the daemon's message reaches users.
     from forkbox import InvalidRequest

@@ -370,6 +370,161 @@ def test_async_close_without_final_message(serve):
         asyncio.run(client(serve(h), AsyncForkbox).run("true"))
 
 
+# Kept connections (the keep verb) ---------------------------------------------------------
+
+def test_calls_share_one_kept_connection(serve):
+    d = serve(echo_handler)
+    c = client(d)
+    assert [c.run(argv=["echo", str(i)]).stdout for i in range(5)] == [f"echo {i}" for i in range(5)]
+    assert c.info()["version"] == "fake"
+    assert len(d.conns) == 1 and d.keeps == 1
+
+
+def test_async_calls_share_kept_connections(serve):
+    d = serve(echo_handler)
+
+    async def main():
+        c = client(d, AsyncForkbox)
+        first = [(await c.run(argv=["echo", str(i)])).stdout for i in range(3)]
+        assert len(d.conns) == 1 and d.keeps == 1
+        together = await asyncio.gather(*(c.run(argv=["echo", str(i)]) for i in range(3)))
+        return first + [r.stdout for r in together]
+
+    assert asyncio.run(main()) == [f"echo {i}" for i in (0, 1, 2, 0, 1, 2)]
+    # Calls at once take a connection each (as many as overlapped).
+    assert len(d.conns) <= 3 and d.keeps == len(d.conns)
+
+
+def test_a_daemon_without_keep_serves_every_request_once(serve):
+    requests = []
+
+    def h(c):
+        verb, req = c.request()
+        requests.append(req["argv"])
+        c.send(b"1" + req["argv"][0].encode())
+        c.result()
+
+    d = serve(h)
+    d.keep = False
+    c = client(d)
+    assert [c.run(argv=[str(i)]).stdout for i in range(3)] == ["0", "1", "2"]
+    assert requests == [["0"], ["1"], ["2"]]
+    # The refused keep cost the first call one connection; the client stopped asking.
+    assert len(d.conns) == 4 and d.keeps == 0
+
+
+def test_keep_connections_false_connects_per_call(serve):
+    d = serve(echo_handler)
+    c = client(d, keep_connections=False)
+    for _ in range(3):
+        c.run("true")
+    assert len(d.conns) == 3 and d.keeps == 0
+    with pytest.raises(InvalidRequest, match="keep_connections"):
+        Forkbox(socket=d.path, keep_connections=1)
+
+
+def test_a_kept_connection_the_daemon_closed_is_not_used(serve):
+    def h(c):
+        echo_handler(c)
+        c.close()  # as a daemon that restarts between two calls
+
+    d = serve(h)
+    c = client(d)
+    assert c.run(argv=["a"]).stdout == "a"
+    time.sleep(0.1)
+    assert c.run(argv=["b"]).stdout == "b"
+    assert len(d.conns) == 2
+
+
+def test_a_call_that_failed_does_not_give_its_connection_back(serve):
+    def h(c):
+        try:
+            echo_handler(c)
+        except BrokenPipeError:  # the client closed at its callback's error
+            c.close()
+
+    d = serve(h)
+    c = client(d)
+
+    def boom(data):
+        raise RuntimeError("callback")
+
+    s = c.connect("sb-00112233445566778899aabbccddeeff")
+    with pytest.raises(RuntimeError, match="callback"):
+        s.run(argv=["x"], on_stdout=boom)
+    assert c.run(argv=["y"]).stdout == "y"
+    assert len(d.conns) == 2
+
+
+def test_stdin_left_unsent_at_the_end_does_not_reach_the_next_request(serve):
+    def h(c):
+        verb, req = c.request()
+        if req.get("stdin"):
+            c.recv()  # one chunk, then the end before the rest was read
+            c.error("sandbox_error", "stopped reading")
+            return
+        echo_handler_run(c, req)
+
+    d = serve(h)
+    c = client(d)
+    with pytest.raises(SandboxError, match="stopped reading"):
+        c.run("cat", stdin=b"x" * (1 << 20))
+    assert c.run(argv=["next"]).stdout == "next"
+
+
+def echo_handler_run(c, req):
+    c.send(b"1" + " ".join(req["argv"]).encode())
+    c.result(exit_code=0)
+
+
+def test_a_forked_child_does_not_use_its_parents_connection(serve):
+    d = serve(echo_handler)
+    c = client(d)
+    assert c.run(argv=["parent"]).stdout == "parent"
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            ok = c.run(argv=["child"]).stdout == "child"
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert c.run(argv=["parent again"]).stdout == "parent again"
+    assert len(d.conns) == 2
+
+
+def test_class_level_calls_share_the_default_client(serve, clean_env):
+    d = serve(echo_handler)
+    clean_env.setenv("FORKBOX_SOCKET", d.path)
+    assert Forkbox.run(argv=["x"]).stdout == "x"
+    assert Forkbox.run(argv=["y"]).stdout == "y"
+    assert len(d.conns) == 1
+
+
+def test_close_closes_the_idle_connections(serve):
+    d = serve(echo_handler)
+    c = client(d)
+    c.run("true")
+    c.close()
+    deadline = time.monotonic() + 5
+    while not d.conns[0].closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert d.conns[0].closed  # the fake daemon saw the client's close
+    c.run("true")
+    assert len(d.conns) == 2
+    with client(d) as c2:
+        c2.run("true")
+    assert c2._idle.take() is None
+
+    async def main():
+        async with client(d, AsyncForkbox) as c3:
+            await c3.run("true")
+        return c3
+
+    assert asyncio.run(main())._idle.take() is None
+
+
 def test_invalid_arguments_never_connect(serve):
     d = serve(echo_handler)
     with pytest.raises(InvalidRequest):

@@ -1,0 +1,63 @@
+"""A client's idle connections to its daemon, kept for its next calls.
+
+A call on a kept connection skips ``connect``, whose wake-up of the daemon costs about as
+much as the request's own. The pool is bounded, drops what the daemon closed meanwhile
+(it restarted, or stopped), and starts empty in a forked child: a connection shared by two
+processes would mix their requests.
+"""
+
+import os
+import socket
+import weakref
+from typing import List, Optional
+
+__all__ = ["IdleConnections"]
+
+# More than one for a client shared by threads or by concurrent asyncio tasks; the daemon
+# holds one fd per idle connection.
+MAX_IDLE = 4
+
+
+def _close_all(sockets: List[socket.socket]) -> None:
+    while sockets:
+        sockets.pop().close()
+
+
+class IdleConnections:
+    """Kept connections to one daemon, free for the next call. Thread-safe: ``list.pop``
+    and ``append`` are atomic. Closed when the owner is collected, or at exit."""
+
+    def __init__(self, owner: object) -> None:
+        self._sockets: List[socket.socket] = []
+        self._pid = os.getpid()
+        weakref.finalize(owner, _close_all, self._sockets)
+
+    def take(self) -> Optional[socket.socket]:
+        """A kept connection the daemon still holds open, or None."""
+        if self._pid != os.getpid():
+            _close_all(self._sockets)  # the parent's: this process's copies only
+            self._pid = os.getpid()
+        while True:
+            try:
+                sock = self._sockets.pop()
+            except IndexError:
+                return None
+            # Between requests the daemon sends nothing: anything to read is its close.
+            try:
+                sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return sock
+            except OSError:
+                pass
+            sock.close()
+
+    def put(self, sock: socket.socket) -> None:
+        """Keep ``sock`` (whose last request is over) for a later call, or close it."""
+        if len(self._sockets) < MAX_IDLE and self._pid == os.getpid():
+            self._sockets.append(sock)
+        else:
+            sock.close()
+
+    def close(self) -> None:
+        """Close every idle connection."""
+        _close_all(self._sockets)
