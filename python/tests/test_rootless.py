@@ -231,7 +231,7 @@ def settled(target=None, timeout=30.0):
     until = time.monotonic() + timeout
     while True:
         try:
-            info = Forkbox().info()
+            info = Forkbox(keep_connections=False).info()
         except Exception:  # not up yet
             if time.monotonic() > until:
                 raise
@@ -282,7 +282,8 @@ def test_rootless_no_leak_after_100_runs(user, fresh_user_daemon):
     before_info = user.python(SETTLE + "emit(settled())", env=env)[-1]
     before = host_snapshot(before_info, pid)
     out = user.python(SETTLE + textwrap.dedent(f"""
-        bad = [dump(r) for r in (Forkbox.run("true") for _ in range(100)) if not r.ok]
+        with Forkbox() as fb:  # then closes the connection it kept
+            bad = [dump(r) for r in (fb.run("true") for _ in range(100)) if not r.ok]
         emit(bad[:3])
         emit(settled(json.loads({json.dumps(before_info)!r})))
     """), env=env)
@@ -419,10 +420,11 @@ def test_rootless_session_expiry_and_close_release(user, fresh_user_daemon):
     before_info = user.python(SETTLE + "emit(settled())", env=env)[-1]
     out = user.python(SETTLE + textwrap.dedent(f"""
         from forkbox import SandboxClosed
-        sb = Forkbox.create(ttl_s=1)
+        fb = Forkbox()
+        sb = fb.create(ttl_s=1)
         sb.run("sleep 1000 &")
         until = time.monotonic() + 15
-        while sb.id in [i.id for i in Forkbox.sandboxes()] and time.monotonic() < until:
+        while sb.id in [i.id for i in fb.sandboxes()] and time.monotonic() < until:
             time.sleep(0.1)
         try:
             sb.run("true")
@@ -430,12 +432,13 @@ def test_rootless_session_expiry_and_close_release(user, fresh_user_daemon):
         except SandboxClosed as e:
             emit({{"expired": e.reason}})
         for _ in range(20):
-            s = Forkbox.create()
+            s = fb.create()
             s.run("sleep 1000 &")
             s.fork(2)[1].close()
             s.close()
-        for i in Forkbox.sandboxes():
-            Forkbox.connect(i.id).close()
+        for i in fb.sandboxes():
+            fb.connect(i.id).close()
+        fb.close()  # the connections it kept
         emit(settled(json.loads({json.dumps(before_info)!r})))
     """), env=env)
     expired, after_info = out[0]["expired"], out[-1]
