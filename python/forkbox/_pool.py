@@ -1,12 +1,13 @@
 """A client's idle connections to its daemon, kept for its next calls.
 
-A call on a kept connection skips ``connect``, whose wake-up of the daemon costs about as
-much as the request's own. The pool is bounded, drops what the daemon closed meanwhile
+A call on a kept connection skips ``connect``, and the daemon its ``accept``. The pool is
+bounded, drops what the daemon closed meanwhile
 (it restarted, or stopped), and starts empty in a forked child: a connection shared by two
 processes would mix their requests.
 """
 
 import os
+import select
 import socket
 import weakref
 from typing import List, Optional
@@ -44,11 +45,11 @@ class IdleConnections:
                 return None
             # Between requests the daemon sends nothing: anything to read is its close.
             try:
-                sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-            except BlockingIOError:
+                readable, _, _ = select.select([sock], [], [], 0)
+            except (OSError, ValueError):
+                readable = [sock]
+            if not readable:
                 return sock
-            except OSError:
-                pass
             sock.close()
 
     def put(self, sock: socket.socket) -> None:

@@ -77,7 +77,8 @@ class _Core:
         closed_error: Callable[[], SandboxError],
         kept: bool = False,
     ) -> None:
-        sock.setblocking(False)
+        if not kept:  # a kept connection is non-blocking already
+            sock.setblocking(False)
         self.sock = sock
         self.path = path
         self.deadline = deadline
@@ -189,6 +190,8 @@ class Channel(_Core):
         """One wait for the socket and what it allows. False when ``until`` passed first."""
         if self._expired(until):
             return False
+        if self.pending and self._try_send():
+            return True  # the socket had room (the first message always has): no poll
         mask = select.POLLIN | (select.POLLOUT if self.pending else 0)
         fd = self.sock.fileno()
         if self._poller is None:
