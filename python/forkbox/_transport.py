@@ -38,8 +38,14 @@ def _backoff(attempt: int) -> float:
 
 
 class KeepRefused(Exception):
-    """The daemon refused the ``keep`` verb (one older than it): it closed the connection
-    without reading the request sent after it. Send that again on a new connection."""
+    """The daemon answered the ``keep`` verb with an error and closed the connection
+    without reading the request sent after it: send that again on a new connection.
+    ``permanent``: the daemon does not know the verb (an older one), so do not ask again;
+    otherwise it could not serve sandboxes at that moment (its sandbox service was down)."""
+
+    def __init__(self, permanent: bool) -> None:
+        super().__init__("keep refused")
+        self.permanent = permanent
 
 
 class BusyRetry:
@@ -118,7 +124,7 @@ class _Core:
             return msg
         self._keep_asked = False
         if msg[:1] != bytes([TAG_RESULT]):
-            raise KeepRefused()
+            raise KeepRefused(permanent=b'"invalid_request"' in msg)
         self.kept = True
         return None
 

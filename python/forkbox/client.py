@@ -161,7 +161,7 @@ class _ClientBase:
             raise InvalidRequest(f"keep_connections must be a bool, not {keep_connections!r}")
         self.keep_connections: bool = keep_connections
         self._idle = IdleConnections(self)
-        self._keep_refused = False  # by a daemon older than the keep verb
+        self._keep_refused = False  # by a daemon older than the keep verb: not asked again
 
     def close(self) -> None:
         """Close the idle connections this client keeps (the client stays usable: a later
@@ -304,9 +304,10 @@ class Forkbox(_ClientBase):
         """
         deadline = self._deadline(budget)
         retry = BusyRetry(self.busy_retry_s, deadline)
+        keep = True
         while True:
             ex = Exchange(kind, **exchange)
-            ch = self._open(deadline, budget, keep=True)
+            ch = self._open(deadline, budget, keep=keep)
             clean = False
             try:
                 ch.queue([first])
@@ -317,8 +318,9 @@ class Forkbox(_ClientBase):
                     if msg is not None and ex.feed(msg):
                         break
                 clean = True
-            except KeepRefused:
-                self._keep_refused = True
+            except KeepRefused as e:
+                self._keep_refused = self._keep_refused or e.permanent
+                keep = False
                 continue  # the request was not read: again, on a connection of its own
             finally:
                 self._finish(ch, clean)
@@ -562,11 +564,12 @@ class AsyncForkbox(_ClientBase):
         """One request and its answer: the coroutine of :meth:`Forkbox._exchange`."""
         deadline = self._deadline(budget)
         retry = BusyRetry(self.busy_retry_s, deadline)
+        keep = True
         while True:
             if deadline is not None and time.monotonic() >= deadline:
                 raise self._timeout_error(budget or 0.0)
             ex = Exchange(kind, **exchange)
-            ch = await self._open(deadline, budget, keep=True)
+            ch = await self._open(deadline, budget, keep=keep)
             clean = False
             try:
                 ch.queue([first])
@@ -577,8 +580,9 @@ class AsyncForkbox(_ClientBase):
                     if msg is not None and ex.feed(msg):
                         break
                 clean = True
-            except KeepRefused:
-                self._keep_refused = True
+            except KeepRefused as e:
+                self._keep_refused = self._keep_refused or e.permanent
+                keep = False
                 continue  # the request was not read: again, on a connection of its own
             finally:
                 self._finish(ch, clean)

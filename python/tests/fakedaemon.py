@@ -8,7 +8,7 @@ Used two ways:
 - in-process: ``FakeDaemon(path, handler)`` serves each request with ``handler(conn)``
   in a thread per connection. A connection that asks for ``keep`` carries request after
   request, as the daemon's do: the handler is called again for each (``keep=False``: the
-  verb is refused, as by a daemon older than it);
+  verb is refused, as by a daemon older than it; ``None``: the handler gets it);
 - as a program: ``python3 fakedaemon.py daemon --socket PATH`` (the ``FORKBOX_BIN`` of the
   autostart tests): serves ``info`` and echoes a run's argv; appends its pid to
   ``PATH.starts``; SIGTERM stops it.
@@ -90,7 +90,7 @@ class Conn:
 class FakeDaemon:
     """Serves ``handler(conn)`` for every connection on ``path`` until :meth:`stop`."""
 
-    def __init__(self, path: str, handler: Callable[[Conn], None], keep: bool = True) -> None:
+    def __init__(self, path: str, handler: Callable[[Conn], None], keep: Optional[bool] = True) -> None:
         self.path = path
         self.handler = handler
         self.keep = keep
@@ -119,7 +119,7 @@ class FakeDaemon:
     def _serve(self, c: Conn) -> None:
         try:
             first = c.recv()
-            if first.startswith(b"sandbox/1 keep\n"):
+            if first.startswith(b"sandbox/1 keep\n") and self.keep is not None:
                 c.received.pop()
                 if not self.keep:
                     c.error("invalid_request", 'unknown verb "keep"')

@@ -413,6 +413,36 @@ def test_a_daemon_without_keep_serves_every_request_once(serve):
     assert len(d.conns) == 4 and d.keeps == 0
 
 
+def test_a_keep_refused_for_a_moment_is_asked_again(serve):
+    # A daemon whose sandbox service is down answers every sandbox request, keep included,
+    # with a sandbox_error and closes: the call gets that error; a later call asks again.
+    down = [True]
+
+    def h(c):
+        first = c.recv()
+        if down[0]:
+            c.error("sandbox_error", "the daemon's sandbox service is not running (see its log)")
+            c.close()
+            return
+        c.unread(first)
+        echo_handler(c)
+
+    d = serve(h)
+    d.keep = None  # the handler sees keep itself
+    c = client(d)
+    with pytest.raises(SandboxError, match="service is not running"):
+        c.run(argv=["a"])
+    assert not c._keep_refused
+    down[0] = False
+    d.keep = True
+    assert c.run(argv=["b"]).stdout == "b"
+    assert c.run(argv=["c"]).stdout == "c"
+    assert d.keeps == 1
+    down[0], d.keep = True, None
+    with pytest.raises(SandboxError, match="service is not running"):
+        asyncio.run(client(d, AsyncForkbox).run(argv=["d"]))
+
+
 def test_keep_connections_false_connects_per_call(serve):
     d = serve(echo_handler)
     c = client(d, keep_connections=False)
