@@ -5,6 +5,7 @@ import functools
 import inspect
 import os
 import socket
+import threading
 import time
 import types
 from typing import (
@@ -101,6 +102,7 @@ class _ClientMethod(Generic[R]):
 # The clients of class-level calls, by class, socket and autostart (the environment may
 # change between calls); the oldest goes beyond a few.
 _DEFAULT_CLIENTS: "Dict[Any, _ClientBase]" = {}
+_DEFAULT_CLIENTS_LOCK = threading.Lock()
 _MAX_DEFAULT_CLIENTS = 8
 
 
@@ -113,11 +115,12 @@ def _autostart_for(autostart: Optional[bool], socket_is_default: bool) -> bool:
 def _default_client(cls: Type[Any]) -> Any:
     path, is_default = _daemon.resolve_socket(None)
     key = (cls, path, _autostart_for(None, is_default))
-    client = _DEFAULT_CLIENTS.get(key)
-    if client is None:
-        while len(_DEFAULT_CLIENTS) >= _MAX_DEFAULT_CLIENTS:
-            _DEFAULT_CLIENTS.pop(next(iter(_DEFAULT_CLIENTS))).close()
-        client = _DEFAULT_CLIENTS.setdefault(key, cls())
+    with _DEFAULT_CLIENTS_LOCK:
+        client = _DEFAULT_CLIENTS.get(key)
+        if client is None:
+            while len(_DEFAULT_CLIENTS) >= _MAX_DEFAULT_CLIENTS:
+                _DEFAULT_CLIENTS.pop(next(iter(_DEFAULT_CLIENTS))).close()
+            client = _DEFAULT_CLIENTS[key] = cls()
     return client
 
 

@@ -532,6 +532,18 @@ def test_class_level_calls_share_the_default_client(serve, clean_env):
     assert len(d.conns) == 1
 
 
+def test_default_clients_are_few(sockdir, clean_env):
+    from forkbox import client as client_module
+
+    made = []
+    for i in range(client_module._MAX_DEFAULT_CLIENTS + 1):
+        clean_env.setenv("FORKBOX_SOCKET", os.path.join(sockdir, f"{i}.sock"))
+        made.append(client_module._default_client(Forkbox))
+        assert client_module._default_client(Forkbox) is made[-1]
+    assert len(client_module._DEFAULT_CLIENTS) <= client_module._MAX_DEFAULT_CLIENTS
+    assert made[0] not in client_module._DEFAULT_CLIENTS.values()  # the oldest went
+
+
 def test_close_closes_the_idle_connections(serve):
     d = serve(echo_handler)
     c = client(d)
