@@ -499,6 +499,27 @@ def test_daemon_restart(daemon, fb):
     assert Forkbox(socket=daemon.sock).run("echo again").stdout == "again\n"
 
 
+def test_kept_connections_outlive_a_sandbox_service_killed_between_calls(fresh_daemon):
+    """The service that held the client's kept connection dies (SIGKILL) between two calls:
+    the next call sees the close, connects again, and the daemon's new service serves it."""
+    fb = Forkbox(socket=fresh_daemon.sock, request_timeout_s=CLIENT_TIMEOUT_S)
+    assert fb.run("echo one").stdout == "one\n"
+    service = fb.info()["service_pid"]
+    os.kill(service, signal.SIGKILL)
+    assert wait_gone(service, 10)
+    until = time.monotonic() + 20
+    while True:  # the first requests after the death may meet the restart (a clear error)
+        try:
+            assert fb.run("echo two").stdout == "two\n"
+            break
+        except forkbox.SandboxError:
+            if time.monotonic() > until:
+                raise
+            time.sleep(0.2)
+    assert fb.info()["service_pid"] != service
+    fb.close()
+
+
 def test_daemon_not_running(tmp_path):
     path = str(tmp_path / "nobody.sock")
     with pytest.raises(DaemonNotRunning) as e:
