@@ -194,9 +194,12 @@ Result<int> exec_into(const StateStore& store, const ExecOptions& opt);
 
 Result<int> exec_container(const StateStore& store, const ExecOptions& opt) {
     auto r = exec_into(store, opt);
-    if (r || (r.error().errnum() != ESRCH && r.error().errnum() != ENOENT)) return r;
+    int err = r ? 0 : r.error().errnum();
+    if (r || (err != ESRCH && err != ENOENT && err != ENOMEM)) return r;
     // A kill or delete that raced the exec ("join the container's pid namespace: ESRCH",
-    // "open cgroup .../tasks: ENOENT"): said as runc says it, when that is what happened.
+    // "open cgroup .../tasks: ENOENT", "clone exec process: ENOMEM": the kernel's answer to
+    // a clone into a pid namespace whose init has died after we joined it): said as runc
+    // says it, when that is what happened; a real ENOMEM stays what it is.
     // An init in do_exit has lost its namespaces (ESRCH) before it is a zombie, for as long
     // as it waits for the rest of its pid namespace (an exec's child is reaped by its parent
     // outside): seen as exiting, it is a stopped container already. A state that can no
