@@ -44,11 +44,10 @@ class IdleConnections:
             except IndexError:
                 return None
             # Between requests the daemon sends nothing: anything to read is its close.
-            try:
-                readable, _, _ = select.select([sock], [], [], 0)
-            except (OSError, ValueError):
-                readable = [sock]
-            if not readable:
+            # (poll, not select: a process may hold fds beyond select's 1024.)
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            if not poller.poll(0):
                 return sock
             sock.close()
 

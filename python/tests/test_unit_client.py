@@ -466,6 +466,31 @@ def test_a_kept_connection_the_daemon_closed_is_not_used(serve):
     assert len(d.conns) == 2
 
 
+def test_kept_connections_beyond_fd_1024_are_used(serve):
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1100:
+        pytest.skip("RLIMIT_NOFILE below 1100")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1100), hard))
+    fillers = []
+    try:
+        while True:
+            fd = os.open("/dev/null", os.O_RDONLY)
+            fillers.append(fd)
+            if fd >= 1030:
+                break
+        d = serve(echo_handler)
+        c = client(d)
+        for i in range(3):
+            assert c.run(argv=[str(i)]).stdout == str(i)
+        assert len(d.conns) == 1
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_a_call_that_failed_does_not_give_its_connection_back(serve):
     def h(c):
         try:
