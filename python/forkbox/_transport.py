@@ -147,6 +147,12 @@ class _Core:
         self.pending.popleft()
         return True
 
+    def _exchange_now(self) -> bool:
+        """Without waiting: send what the socket takes, receive what it holds. True if a
+        message was received."""
+        self._try_send()
+        return self._try_recv()
+
     def _try_recv(self) -> bool:
         """Receive one message into the inbox if one is there now. True if it did."""
         try:
@@ -228,9 +234,7 @@ class Channel(_Core):
         while True:
             while not self.inbox:
                 if timeout == 0:
-                    # Without waiting: what the socket holds now.
-                    self._try_send()
-                    if not self._try_recv():
+                    if not self._exchange_now():
                         return None
                     continue
                 if not self._step(until):
@@ -286,8 +290,7 @@ class AsyncChannel(_Core):
         while True:
             while not self.inbox:
                 if timeout == 0:
-                    self._try_send()
-                    if not self._try_recv():
+                    if not self._exchange_now():
                         return None
                     continue
                 if not await self._step(until):
