@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -91,4 +92,31 @@ TEST(Acceptor, WithRoomItAcceptsAndThenSaysNothingIsPending) {
     EXPECT_EQ(acceptor.accept(), -1);
     EXPECT_EQ(errno, EAGAIN);
     std::system(("rm -rf '" + std::string(dir) + "'").c_str());
+}
+
+// A release buffer is 256 KiB: made, it must not have faulted its pages in (only what a
+// message fills does), and a message received into it comes out whole.
+TEST(ReceiveBuffer, PagesStayUntouchedUntilAMessageFillsThem) {
+    constexpr size_t kBytes = 256 * 1024;
+    std::string buf = receive_buffer(kBytes);
+    ASSERT_EQ(buf.size(), kBytes);
+    const long page = ::sysconf(_SC_PAGESIZE);
+    auto first = reinterpret_cast<uintptr_t>(buf.data()) + static_cast<uintptr_t>(page) - 1;
+    first -= first % static_cast<uintptr_t>(page);
+    size_t pages = (reinterpret_cast<uintptr_t>(buf.data()) + kBytes - first) / static_cast<uintptr_t>(page);
+    std::vector<unsigned char> resident(pages);
+    ASSERT_EQ(::mincore(reinterpret_cast<void*>(first), pages * static_cast<size_t>(page), resident.data()), 0);
+    size_t in = 0;
+    for (unsigned char r : resident) in += r & 1;
+    EXPECT_LE(in, 2u) << in << " of " << pages << " pages resident";
+
+    int sp[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp), 0);
+    unique_fd a(sp[0]), b(sp[1]);
+    std::string message(10000, 'm');
+    ASSERT_TRUE(send_with_fds(a.get(), message, {}, "test"));
+    std::vector<unique_fd> fds;
+    auto n = receive_message(b.get(), buf, fds, "test");
+    ASSERT_TRUE(n) << n.error().what();
+    EXPECT_EQ(std::string_view(buf.data(), *n), message);
 }

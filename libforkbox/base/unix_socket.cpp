@@ -68,6 +68,12 @@ Result<std::string> receive_with_fds(int sock, std::vector<unique_fd>& fds, std:
     return buf;
 }
 
+std::string receive_buffer(size_t bytes) {
+    std::string buf;
+    buf.resize_and_overwrite(bytes, [](char*, size_t n) { return n; });
+    return buf;
+}
+
 Acceptor::Acceptor(int listener) : listener_(listener), reserve_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {}
 
 int Acceptor::accept(const std::function<void(int conn)>& shed) {

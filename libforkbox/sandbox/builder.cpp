@@ -204,7 +204,7 @@ Result<void> Builder::parent_side(pid_t pid, const Plan& plan, std::vector<uniqu
 }
 
 void Builder::serve() {
-    std::string buf(kReleaseBufferBytes, '\0');
+    std::string buf = receive_buffer(kReleaseBufferBytes);
     for (;;) {
         // "D": a finished sandbox's mount namespace, dropped here; "B": a fork's parent stage.
         std::vector<unique_fd> fds;

@@ -733,7 +733,7 @@ bool python_is_going(pid_t pid) {
         ::kill(zygote, SIGKILL);
         return pythons.erase(it);
     };
-    std::string buf(kReleaseBufferBytes, '\0');
+    std::string buf = receive_buffer(kReleaseBufferBytes);
     for (;;) {
         std::vector<pollfd> p = {{control, POLLIN, 0}, {children.get(), POLLIN, 0}};
         for (auto& [key, py] : pythons) p.push_back({py.socket.get(), POLLIN, 0});
@@ -950,7 +950,7 @@ void embryo_main(const EmbryoSetup& s) {
     deadline.sa_flags = SA_RESTART;
     ::sigaction(SIGUSR1, &deadline, nullptr);
 
-    std::string buf(kReleaseBufferBytes, '\0');
+    std::string buf = receive_buffer(kReleaseBufferBytes);
     std::vector<unique_fd> fds;
     auto n = receive_message(control, buf, fds, "sandbox control");
     if (!n || *n == 0 || buf[0] != 'P') ::_exit(1);  // the daemon gave up on us
