@@ -38,7 +38,8 @@ void populate(uintptr_t from, uintptr_t to, int advice) {
 // relocations are done, written by them before (a write there would fail afterwards).
 // `advise(from, to, advice)` does the madvise: glibc's, or a raw syscall before glibc runs.
 template <typename Advise>
-[[gnu::always_inline]] inline void populate_segments(const ElfW(Phdr)* phdrs, size_t count, uintptr_t bias, Advise advise) {
+[[gnu::always_inline]] inline void populate_segments(const ElfW(Phdr)* phdrs, size_t count, uintptr_t bias, Advise advise,
+                                                     bool read_only_only = false) {
     uintptr_t relro_from = 0, relro_to = 0;
     for (size_t i = 0; i < count; ++i)
         if (phdrs[i].p_type == PT_GNU_RELRO) {
@@ -53,6 +54,7 @@ template <typename Advise>
             advise(bias + from, bias + to, MADV_POPULATE_READ);
             continue;
         }
+        if (read_only_only) continue;
         if (relro_from < to && relro_to > from) {
             advise(bias + relro_from, bias + relro_to, MADV_POPULATE_READ);
             from = relro_to;
@@ -61,9 +63,7 @@ template <typename Advise>
     }
 }
 
-}  // namespace
-
-void populate_executable() {
+void populate_executable_segments(bool read_only_only) {
     const auto* phdrs = reinterpret_cast<const ElfW(Phdr)*>(::getauxval(AT_PHDR));
     size_t count = ::getauxval(AT_PHNUM);
     if (!phdrs || count == 0) return;
@@ -71,8 +71,14 @@ void populate_executable() {
     uintptr_t bias = 0;
     for (size_t i = 0; i < count; ++i)
         if (phdrs[i].p_type == PT_PHDR) bias = reinterpret_cast<uintptr_t>(phdrs) - phdrs[i].p_vaddr;
-    populate_segments(phdrs, count, bias, populate);
+    populate_segments(phdrs, count, bias, populate, read_only_only);
 }
+
+}  // namespace
+
+void populate_executable() { populate_executable_segments(false); }
+
+void populate_text() { populate_executable_segments(true); }
 
 void populate_stack() {
     char here;

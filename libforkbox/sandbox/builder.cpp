@@ -17,6 +17,7 @@
 #include "libforkbox/base/log.hpp"
 #include "libforkbox/base/syscalls.hpp"
 #include "libforkbox/base/trace.hpp"
+#include "libforkbox/base/prefault.hpp"
 #include "libforkbox/base/unix_socket.hpp"
 #include "libforkbox/cgroup/resources.hpp"
 #include "libforkbox/mount/rootfs.hpp"
@@ -109,6 +110,7 @@ Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind, int 
     pid_t pid = sys::clone3_fork(CLONE_PARENT | CLONE_NEWUSER | CLONE_NEWPID, cgroup_fd, &pidfd);
     if (pid < 0) return sys_error("clone the sandbox");
     if (pid == 0) {
+        prefault::populate_text();
         EmbryoSetup s;
         s.plan = plan;
         s.cgroup_layout = &c_.layout;
