@@ -1,12 +1,15 @@
 #include "libforkbox/base/prefault.hpp"
 
 #include <fcntl.h>
+#include <link.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <utility>
 
 // The static forkbox's entry point calls it before glibc starts (prefault.cpp); here, in the
 // dynamically linked PIE test binary, it must find the same segments by its load bias.
@@ -83,5 +86,51 @@ TEST(Prefault, EarlyEntryMapsTheExecutableAndTheStackWithoutLibc) {
     EXPECT_TRUE(page_present(below));
 }
 #endif
+
+// The executable's code, as the program headers say: [from, to).
+std::pair<uintptr_t, uintptr_t> text_segment() {
+    std::pair<uintptr_t, uintptr_t> range{0, 0};
+    ::dl_iterate_phdr(
+        [](dl_phdr_info* info, size_t, void* out) {
+            for (int i = 0; i < info->dlpi_phnum; ++i) {
+                const auto& p = info->dlpi_phdr[i];
+                if (p.p_type != PT_LOAD || !(p.p_flags & PF_X)) continue;
+                auto* r = static_cast<std::pair<uintptr_t, uintptr_t>*>(out);
+                r->first = (info->dlpi_addr + p.p_vaddr) & ~(kPage - 1);
+                r->second = (info->dlpi_addr + p.p_vaddr + p.p_memsz + kPage - 1) & ~(kPage - 1);
+                return 1;  // the first object is the executable
+            }
+            return 1;
+        },
+        &range);
+    return range;
+}
+
+size_t pages_present(uintptr_t from, uintptr_t to) {
+    size_t n = 0;
+    for (uintptr_t a = from; a < to; a += kPage) n += page_present(reinterpret_cast<const void*>(a));
+    return n;
+}
+
+// A forked child has no page-table entries for the code (the kernel copies none for a file
+// mapping without private pages): populate_text maps all of it again.
+TEST(Prefault, PopulateTextMapsAllOfTheCodeInAForkedChild) {
+    auto [from, to] = text_segment();
+    ASSERT_LT(from, to);
+    size_t pages = (to - from) / kPage;
+    forkbox::prefault::populate_text();
+    ASSERT_EQ(pages_present(from, to), pages) << "in the parent";
+    pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        size_t before = pages_present(from, to);
+        forkbox::prefault::populate_text();
+        size_t after = pages_present(from, to);
+        ::_exit(before < pages && after == pages ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
 
 }  // namespace
