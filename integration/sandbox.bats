@@ -488,6 +488,19 @@ sys.stdout.write(repr(s.recv(70000)))
 	assert_output "hello"
 }
 
+@test "sandbox: signals the daemon's caller ignored are not ignored in the sandbox, and none is blocked" {
+	local sock=$TDIR/ignoring.sock
+	# As nohup or a runner starts it: SIG_IGN survives execve, into the daemon.
+	(trap '' HUP INT QUIT PIPE USR1 && exec "$SB_FB" daemon --socket "$sock" </dev/null >/dev/null 2>"$sock.err" 3>&- 4>&-) &
+	LAST_DAEMON=$!
+	EXTRA_PIDS+=("$LAST_DAEMON")
+	wait_for_socket "$sock" root
+	run --separate-stderr sb_on "$sock" -- grep -E '^Sig(Ign|Blk)' /proc/self/status
+	assert_success
+	assert_line "SigIgn:	0000000000000000"
+	assert_line "SigBlk:	0000000000000000"
+}
+
 @test "sandbox: a daemon's --max-timeout-ms is the deadline of a run that sets none" {
 	local sock=$TDIR/max.sock marker=$((98763000 + $$ % 1000))
 	start_daemon_as_root "$sock" --max-timeout-ms 300

@@ -32,7 +32,6 @@
 #include "libforkbox/mount/rootfs.hpp"
 #include "libforkbox/process/caps.hpp"
 #include "libforkbox/process/namespaces.hpp"
-#include "libforkbox/process/signals.hpp"
 #include "libforkbox/sandbox/tree.hpp"
 
 namespace forkbox::sandbox {
@@ -940,7 +939,7 @@ void embryo_main(const EmbryoSetup& s) {
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    reset_signal_dispositions();
+    // The dispositions are the builder's, reset once when it started (builder.cpp).
     // Built in the background, never by preempting whoever woke us: the service sending a
     // held embryo its "M" (a fork of 8 sent its children one per preemption), a command
     // a pool refill would otherwise interrupt. A SCHED_BATCH wakee does not preempt.
