@@ -118,6 +118,11 @@ $(BUILD)/bench-json-parse: $(BUILD)/obj/bench/json-parse.o $(LIB_OBJS)
 	$(CXX) $(CXXFLAGS) $(FB_CXXFLAGS) $(LDFLAGS) -o $@ $^ $(FORKBOX_LIBS)
 -include $(BUILD)/obj/bench/json-parse.d
 
+# What syscalls, page faults, first touches and forks cost here (not part of `all`): see
+# bench/memory-costs.cpp.
+$(BUILD)/bench-memory-costs: $(BUILD)/obj/bench/memory-costs.o
+	$(CXX) $(CXXFLAGS) $(FB_CXXFLAGS) $(LDFLAGS) -o $@ $^
+
 # What any process costs here before its first line of work (not part of `all`): see
 # bench/floor.sh. The two reference programs: no libc at all, and an empty static glibc main.
 $(BUILD)/bench-process-floor: $(BUILD)/obj/bench/process-floor.o
@@ -178,7 +183,7 @@ uninstall:
 
 # BENCH_SECONDS: length of each throughput window (`make bench BENCH_SECONDS=5` for a quick look).
 BENCH_SECONDS ?= 30
-bench: all $(BUILD)/bench-process-floor $(BUILD)/floor-nolibc $(BUILD)/floor-glibc
+bench: all $(BUILD)/bench-process-floor $(BUILD)/floor-nolibc $(BUILD)/floor-glibc $(BUILD)/bench-memory-costs
 	./bench/run-true.sh --shared-root --ro-binary --critical-path
 	@# Again as on a pure cgroup v2 host, what most users run (crun refuses to run there:
 	@# it raises RLIMIT_MEMLOCK for its device program, which root here cannot).

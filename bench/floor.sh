@@ -13,7 +13,9 @@
 #                    parsing, the state root lookup, the error
 # then prints the sums that bound create+start+wait from below, and how many cpuid
 # instructions glibc's start-up executes (counted with gdb breakpoints, when gdb is there):
-# this VM traps cpuid, so each costs microseconds instead of nanoseconds.
+# this VM traps cpuid, so each costs microseconds instead of nanoseconds. Last, what a
+# syscall, a page fault, a page's first touch and a fork cost here (bench/memory-costs.cpp):
+# on these PVM guests most of a container start's time is there, not in forkbox's code.
 #
 # usage: bench/floor.sh [-n RUNS]   (default 300)
 # environment: FORKBOX (default build/forkbox), BUSYBOX (default /bin/busybox)
@@ -32,7 +34,7 @@ done
 [[ -x $FORKBOX ]] || { echo "floor.sh: $FORKBOX is not built" >&2; exit 1; }
 [[ -x $BUSYBOX ]] || { echo "floor.sh: $BUSYBOX missing (apt-get install busybox-static)" >&2; exit 1; }
 # Under `make bench` these are built already; the parent's jobserver is not ours.
-MAKEFLAGS= make -s -C "$repo" build/bench-process-floor build/floor-nolibc build/floor-glibc
+MAKEFLAGS= make -s -C "$repo" build/bench-process-floor build/floor-nolibc build/floor-glibc build/bench-memory-costs
 build=$repo/build
 empty_root=$(mktemp -d /tmp/forkbox-floor.XXXXXX)
 trap 'rm -rf "$empty_root"' EXIT
@@ -74,3 +76,6 @@ if command -v gdb >/dev/null; then
 	echo "  glibc:            $(count_cpuid "$build/floor-glibc")"
 	echo "  forkbox version:  $(count_cpuid "$FORKBOX" --version)"
 fi
+
+echo "what memory and the kernel cost here (build/bench-memory-costs, forkbox's binary as the file):"
+"$build/bench-memory-costs" "$FORKBOX" 20
