@@ -1,4 +1,5 @@
 #include "cmd/common.hpp"
+#include "libforkbox/base/log.hpp"
 #include "libforkbox/container/container.hpp"
 
 namespace forkbox::cmd {
@@ -12,8 +13,12 @@ int cmd_delete(const Globals& g, const std::vector<std::string>& args) {
     p.positional("id", 1);
     po::variables_map vm;
     if (!p.parse(args, vm)) return 0;
-    auto r = delete_container(g.store(), require_id(vm, "delete"), force);
+    std::string id = require_id(vm, "delete");
+    auto r = delete_container(g.store(), id, force);
     if (!r) return report(r.error());
+    // Only in the --log file (info): what removed a container, when a `run BUNDLE/`'s
+    // guardian did it after the run died, is worth a line there.
+    log::info("delete: removed container " + id + (force ? " (--force)" : ""));
     return 0;
 }
 

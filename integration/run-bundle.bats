@@ -225,6 +225,30 @@ done"
 	assert_nothing_left
 }
 
+@test "run BUNDLE/ leaves no guardian behind; SIGKILLed alone, its guardian removes the container and logs it" {
+	skip_if_runc "runc takes an id, not a bundle path"
+	set_args /bin/fbhelper exit 0
+	run runtime run "$BUNDLE/"
+	assert_success
+	# The guardian is a child of the run, dismissed and reaped before it returns.
+	run pgrep -f -- "--root $ROOT delete --force"
+	assert_failure
+	set_args /bin/fbhelper sleep 100
+	local log=$BATS_TEST_TMPDIR/run.log
+	setsid "$FORKBOX" --root "$ROOT" --log "$log" run "$BUNDLE/" </dev/null >/dev/null 2>&1 3>&- 4>&- &
+	RUN_PID=$!
+	FB_PIDS+=("$RUN_PID")
+	local id
+	id=$(wait_for_running)
+	kill -KILL "$RUN_PID"
+	wait "$RUN_PID" || true
+	wait_for_nothing_left
+	assert_nothing_left
+	# The cleanup is `forkbox delete --force` with the run's --root and --log.
+	run grep -F "delete: removed container $id (--force)" "$log"
+	assert_success
+}
+
 @test "run --timeout kills every process of the container at the deadline and exits 124" {
 	skip_if_runc "runc has no --timeout"
 	remove_namespace pid

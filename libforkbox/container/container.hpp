@@ -94,8 +94,10 @@ struct RunOptions {
     std::optional<std::chrono::nanoseconds> timeout;
     // The container lives only as long as this run (`forkbox run BUNDLE/`, the CI use):
     // SIGINT, SIGTERM and SIGHUP kill it (run exits 128 + N) instead of being forwarded,
-    // and a guardian process removes it even when forkbox itself is SIGKILLed.
+    // and a guardian process removes it even when forkbox itself is SIGKILLed, by exec'ing
+    // cleanup_command (argv; argv[0] the program's path: `forkbox delete --force ID`).
     bool ephemeral = false;
+    std::vector<std::string> cleanup_command;
 };
 
 // create + start + wait, forwarding signals; returns the container's exit code
