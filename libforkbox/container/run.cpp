@@ -45,17 +45,25 @@ public:
         unique_fd read_end(p[0]), write_end(p[1]);
         unique_fd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
         if (!null) return sys_error("guardian: open /dev/null");
-        // Everything it uses, in static storage: it may exec after we are gone.
+        // Everything it uses, in static storage: it may exec after we are gone. Our
+        // environment goes with the command (a user's systemd is found through it), as far
+        // as it fits.
         size_t used = 0;
-        for (size_t i = 0; i < cleanup.size(); ++i) {
-            const std::string& a = cleanup[i];
-            if (used + a.size() + 1 > sizeof strings_) return fail(E2BIG, "run: the guardian's cleanup command is too long");
-            std::memcpy(strings_ + used, a.c_str(), a.size() + 1);
-            argv_[i] = strings_ + used;
-            used += a.size() + 1;
-        }
+        auto keep = [&](const char* text) -> char* {
+            size_t n = std::strlen(text) + 1;
+            if (used + n > sizeof strings_) return nullptr;
+            char* at = strings_ + used;
+            std::memcpy(at, text, n);
+            used += n;
+            return at;
+        };
+        for (size_t i = 0; i < cleanup.size(); ++i)
+            if (!(argv_[i] = keep(cleanup[i].c_str()))) return fail(E2BIG, "run: the guardian's cleanup command is too long");
         argv_[cleanup.size()] = nullptr;
-        envp_[0] = nullptr;
+        size_t envc = 0;
+        for (char** e = environ; e && *e && envc + 1 < kMaxEnv; ++e)
+            if (char* kept = keep(*e)) envp_[envc++] = kept;
+        envp_[envc] = nullptr;
         args_.pipe = read_end.get();
         args_.null = null.get();
         args_.log = log::file_fd();
@@ -69,8 +77,8 @@ public:
     }
     RunGuardian(RunGuardian&& o) noexcept : pid_(o.pid_), pipe_(std::move(o.pipe_)) { o.pid_ = -1; }
     RunGuardian& operator=(RunGuardian&&) = delete;
-    // Leaving early (an error of ours): the guardian cleans up once the pipe closes, which
-    // is when this process exits (its clone of our fd table was taken before any other fd).
+    // Leaving early (an error of ours): our end of the pipe closes when this process exits
+    // (the guardian closed its own copy), and the guardian cleans up.
     ~RunGuardian() = default;
 
     // The run removed the container itself: the guardian exits without doing anything.
@@ -79,6 +87,7 @@ public:
         (void)!::write(pipe_.get(), "d", 1);
         pipe_.reset();
         ::waitpid(pid_, nullptr, 0);
+        started_ = false;  // gone: its storage is free for another run in this process
     }
 
 private:
@@ -88,11 +97,12 @@ private:
         int pipe, null, log;
     };
     static constexpr size_t kMaxArgs = 16;
+    static constexpr size_t kMaxEnv = 256;
     static inline bool started_ = false;
     static inline Args args_;
-    static inline char strings_[8192];
+    static inline char strings_[32768];
     static inline char* argv_[kMaxArgs];
-    static inline char* envp_[1];
+    static inline char* envp_[kMaxEnv];
     alignas(16) static inline char stack_[16384];
 
     [[gnu::always_inline]] static inline long raw(long nr, long a = 0, long b = 0, long c = 0, long d = 0) {
