@@ -112,7 +112,8 @@ private:
         asm volatile("syscall" : "=a"(ret) : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
         return ret;
 #else
-        return ::syscall(nr, a, b, c, d);  // errno is the only shared state it may touch
+        long ret = ::syscall(nr, a, b, c, d);  // errno: the only shared state it may touch
+        return ret < 0 ? -errno : ret;          // as the kernel's own answer, like the asm's
 #endif
     }
 
