@@ -36,13 +36,7 @@
 #include <vector>
 
 #include "bench/timing.hpp"
-
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
+#include "libforkbox/base/syscalls.hpp"  // MADV_POPULATE_* on older headers
 
 using forkbox::bench::now_us;
 using forkbox::bench::quantile;

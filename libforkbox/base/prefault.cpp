@@ -10,13 +10,8 @@
 
 #include <cstdint>
 
-// Debian 12's headers predate them (Linux 5.14).
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
+#include "libforkbox/base/syscalls.hpp"
+
 
 namespace forkbox::prefault {
 namespace {
@@ -124,12 +119,8 @@ extern "C" const ElfW(Ehdr) __ehdr_start __attribute__((visibility("hidden")));
 extern "C" __attribute__((no_stack_protector, used)) void forkbox_populate_early(uintptr_t initial_stack) {
     auto raw_madvise = [](uintptr_t from, uintptr_t to, int advice) __attribute__((always_inline)) {
         if (to <= from) return;
-        long ret;
-        asm volatile("syscall"
-                     : "=a"(ret)
-                     : "0"(long{SYS_madvise}), "D"(from), "S"(to - from), "d"(long{advice})
-                     : "rcx", "r11", "memory");
-        (void)ret;  // best effort, as populate()
+        // Best effort, as populate().
+        (void)forkbox::sys::raw_syscall(SYS_madvise, static_cast<long>(from), static_cast<long>(to - from), advice);
     };
     const ElfW(Ehdr)& ehdr = __ehdr_start;
     const auto* phdrs = reinterpret_cast<const ElfW(Phdr)*>(reinterpret_cast<uintptr_t>(&ehdr) + ehdr.e_phoff);

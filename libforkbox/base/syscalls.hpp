@@ -8,10 +8,35 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdint>
 
+// Debian 12's headers predate them (Linux 5.14).
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
 namespace forkbox::sys {
+
+// A system call without libc: no errno, no cancellation point, nothing of the thread's
+// (TLS) touched, for code that runs where libc cannot: before glibc's start-up
+// (prefault.cpp) or in a clone sharing another process's memory (run.cpp's guardian).
+// Returns the kernel's answer: -errno on failure.
+[[gnu::always_inline]] inline long raw_syscall(long nr, long a = 0, long b = 0, long c = 0, long d = 0) {
+#if defined(__x86_64__)
+    long ret;
+    register long r10 asm("r10") = d;
+    asm volatile("syscall" : "=a"(ret) : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
+    return ret;
+#else
+    long ret = ::syscall(nr, a, b, c, d);  // errno: the only shared state it may touch
+    return ret < 0 ? -errno : ret;
+#endif
+}
 
 // Fork-like clone3: no new stack, the child returns 0 and continues where the parent does.
 inline pid_t clone3_fork(uint64_t flags, int cgroup_fd = -1, int* pidfd = nullptr) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "libforkbox/base/log.hpp"
+#include "libforkbox/base/syscalls.hpp"
 #include "libforkbox/base/trace.hpp"
 #include "libforkbox/container/container.hpp"
 #include "libforkbox/process/foreground.hpp"
@@ -38,7 +39,8 @@ namespace {
 class RunGuardian {
 public:
     static Result<RunGuardian> start(const std::vector<std::string>& cleanup) {
-        if (cleanup.empty() || cleanup.size() >= kMaxArgs) return fail(EINVAL, "run: no cleanup command for the guardian");
+        if (cleanup.empty() || cleanup.size() >= kMaxArgs)
+            return fail(EINVAL, "run: the guardian needs a cleanup command of 1 to " + std::to_string(kMaxArgs - 1) + " words");
         if (started_) return fail(EBUSY, "run: a guardian runs already");
         int p[2];
         if (::pipe2(p, O_CLOEXEC) < 0) return sys_error("guardian pipe");
@@ -105,24 +107,13 @@ private:
     static inline char* envp_[kMaxEnv];
     alignas(16) static inline char stack_[16384];
 
-    [[gnu::always_inline]] static inline long raw(long nr, long a = 0, long b = 0, long c = 0, long d = 0) {
-#if defined(__x86_64__)
-        long ret;
-        register long r10 asm("r10") = d;
-        asm volatile("syscall" : "=a"(ret) : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
-        return ret;
-#else
-        long ret = ::syscall(nr, a, b, c, d);  // errno: the only shared state it may touch
-        return ret < 0 ? -errno : ret;          // as the kernel's own answer, like the asm's
-#endif
-    }
-
     // The guardian itself, on stack_: raw system calls only (see above).
     __attribute__((no_stack_protector)) static int guard(void* p) {
+        using sys::raw_syscall;
         const Args& a = *static_cast<const Args*>(p);
-        raw(SYS_setsid);
+        raw_syscall(SYS_setsid);
         // Not the job's output: a runner waits for every holder of its stdout to close it.
-        for (long fd = 0; fd <= 2; ++fd) raw(SYS_dup3, a.null, fd, 0);
+        for (long fd = 0; fd <= 2; ++fd) raw_syscall(SYS_dup3, a.null, fd, 0);
         // Nor anything else of the caller's (a socket, a pipe to the runner): only the pipe,
         // the --log file (the cleanup command reopens it by name) and /dev/null stay.
         int keep[3] = {a.pipe, a.null, a.log};
@@ -132,22 +123,22 @@ private:
         long first = 3;
         for (int fd : keep) {
             if (fd < first) continue;
-            if (fd > first) raw(SYS_close_range, first, fd - 1, 0);
+            if (fd > first) raw_syscall(SYS_close_range, first, fd - 1, 0);
             first = fd + 1;
         }
-        raw(SYS_close_range, first, ~0U, 0);
+        raw_syscall(SYS_close_range, first, ~0U, 0);
         struct {
             unsigned long handler, flags, restorer, mask;
         } ignore{reinterpret_cast<unsigned long>(SIG_IGN), 0, 0, 0};
-        for (long sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) raw(SYS_rt_sigaction, sig, reinterpret_cast<long>(&ignore), 0, 8);
+        for (long sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) raw_syscall(SYS_rt_sigaction, sig, reinterpret_cast<long>(&ignore), 0, 8);
         char word = 0;
         long n;
-        do n = raw(SYS_read, a.pipe, reinterpret_cast<long>(&word), 1);
+        do n = raw_syscall(SYS_read, a.pipe, reinterpret_cast<long>(&word), 1);
         while (n == -EINTR);
-        if (n == 1) raw(SYS_exit, 0);
+        if (n == 1) raw_syscall(SYS_exit, 0);
         // We died: our lock on the container died with us, so the delete does not wait.
-        raw(SYS_execve, reinterpret_cast<long>(argv_[0]), reinterpret_cast<long>(argv_), reinterpret_cast<long>(envp_));
-        raw(SYS_exit, 1);
+        raw_syscall(SYS_execve, reinterpret_cast<long>(argv_[0]), reinterpret_cast<long>(argv_), reinterpret_cast<long>(envp_));
+        raw_syscall(SYS_exit, 1);
         return 1;
     }
 
