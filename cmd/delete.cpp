@@ -16,9 +16,9 @@ int cmd_delete(const Globals& g, const std::vector<std::string>& args) {
     std::string id = require_id(vm, "delete");
     auto r = delete_container(g.store(), id, force);
     if (!r) return report(r.error());
-    // Only in the --log file (info): what removed a container, when a `run BUNDLE/`'s
-    // guardian did it after the run died, is worth a line there.
-    log::info("delete: removed container " + id + (force ? " (--force)" : ""));
+    // For the record of a `run BUNDLE/`'s guardian (which asks for --debug) after the run
+    // died; an ordinary delete writes nothing more.
+    log::debug("delete: removed container " + id + (force ? " (--force)" : ""));
     return 0;
 }
 

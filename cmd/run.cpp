@@ -76,7 +76,8 @@ int cmd_run(const Globals& g, const std::vector<std::string>& args) {
         // What the guardian execs if this process dies unannounced: this binary, the same
         // state root and log, `delete --force` of the container.
         o.cleanup_command = {"/proc/self/exe", "--root", g.root};
-        if (!g.log_file.empty()) o.cleanup_command.insert(o.cleanup_command.end(), {"--log", g.log_file, "--log-format", g.log_format});
+        if (!g.log_file.empty())
+            o.cleanup_command.insert(o.cleanup_command.end(), {"--log", g.log_file, "--log-format", g.log_format, "--debug"});
         o.cleanup_command.insert(o.cleanup_command.end(), {"delete", "--force", o.create.id});
         log::info("run: bundle " + arg + " as container " + o.create.id);
     } else {
