@@ -327,3 +327,12 @@ assert_nothing_left() {
 	run find "$RL_STATE" -mindepth 1 -maxdepth 1 -type d
 	assert_output ""
 }
+
+@test "a rootless idmapped bind is refused with the reason, and nothing is left" {
+	skip_if_runc "runc 1.1 in Debian 12 has no idmapped mounts"
+	update_config '.mounts += [{"destination": "/m", "type": "bind", "source": "/tmp", "options": ["rbind", "idmap"]}]'
+	run_sh true
+	assert_failure
+	assert_stderr_contains "idmapped mounts need root of the initial user namespace"
+	assert_nothing_left
+}

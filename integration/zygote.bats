@@ -562,3 +562,21 @@ spares_of() {
 	run compgen -G "$root/.seccomp=*"
 	assert_equal "${#lines[@]}" 1
 }
+
+@test "zygote: an idmapped bind of a user-namespace container served from a template is idmapped as cold" {
+	open_path_for_others
+	local src=$BATS_TEST_TMPDIR/src
+	mkdir -p "$src" "$BUNDLE/rootfs/m"
+	echo data >"$src/root-file"
+	update_config '.linux.namespaces += [{"type": "user"}]
+		| .linux.uidMappings = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+		| .linux.gidMappings = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+		| .mounts += [{"destination": "/m", "type": "bind", "source": $s, "options": ["bind", "idmap"]}]' --arg s "$src"
+	set_args /bin/fbhelper stat /m/root-file
+	start_daemon --pool 1 --warm "$BUNDLE"
+	wait_ready 1
+	run zrun run --bundle "$BUNDLE" "$CID"
+	assert_success
+	assert_equal "$(stat_of served)" 1
+	assert_output "file 0644 0 0"
+}

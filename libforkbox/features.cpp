@@ -58,7 +58,7 @@ std::string features_json() {
     enabled(w, "selinux", false);
     enabled(w, "intelRdt", false);
     w.key("mountExtensions").begin_object();
-    enabled(w, "idmap", false);
+    enabled(w, "idmap", true);  // binds only, as root of the initial user namespace
     w.end_object();
     w.end_object();
 

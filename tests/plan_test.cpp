@@ -222,7 +222,12 @@ TEST(MountOptions, IdmapIsAFlagNotData) {
 TEST(MountOptions, RidmapIsAlsoIdmap) {
     auto f = parse_mount_options({"ridmap"});
     EXPECT_TRUE(f.idmap);
+    EXPECT_TRUE(f.idmap_recursive);
     EXPECT_EQ(f.data, "");
+}
+
+TEST(MountOptions, IdmapIsNotRecursive) {
+    EXPECT_FALSE(parse_mount_options({"idmap"}).idmap_recursive);
 }
 
 // ---- parse_propagation ----
@@ -520,6 +525,88 @@ TEST(Plan, RbindOptionMakesARecursiveBind) {
     EXPECT_TRUE(m.recursive_bind);
 }
 
+// ---- make_plan: idmapped mounts ----
+
+Spec with_user_namespace(Spec s) {
+    s.linux->namespaces.push_back(Namespace{"user", ""});
+    s.linux->uid_mappings = {IdMapping{0, 100000, 65536}};
+    s.linux->gid_mappings = {IdMapping{0, 200000, 65536}};
+    return s;
+}
+
+TEST(Plan, PlainBindIsNotIdmapped) {
+    Spec s = with_user_namespace(minimal_spec());
+    s.mounts.push_back(mount("/data", "bind", "/srv/data", {"rbind"}));
+    EXPECT_FALSE(only_mount(plan_of(s)).idmap);
+}
+
+TEST(Plan, IdmapWithoutMappingsTakesTheContainersMaps) {
+    Spec s = with_user_namespace(minimal_spec());
+    s.mounts.push_back(mount("/data", "bind", "/srv/data", {"rbind", "idmap"}));
+    auto m = only_mount(plan_of(s));
+    ASSERT_TRUE(m.idmap);
+    ASSERT_EQ(m.idmap->uids.size(), 1u);
+    EXPECT_EQ(m.idmap->uids[0].host_id, 100000u);
+    ASSERT_EQ(m.idmap->gids.size(), 1u);
+    EXPECT_EQ(m.idmap->gids[0].host_id, 200000u);
+    EXPECT_TRUE(m.idmap->userns_path.empty());
+    EXPECT_FALSE(m.idmap->recursive);
+}
+
+TEST(Plan, RidmapIsRecursive) {
+    Spec s = with_user_namespace(minimal_spec());
+    s.mounts.push_back(mount("/data", "bind", "/srv/data", {"rbind", "ridmap"}));
+    auto m = only_mount(plan_of(s));
+    ASSERT_TRUE(m.idmap);
+    EXPECT_TRUE(m.idmap->recursive);
+}
+
+TEST(Plan, AMountsOwnMappingsWinAndNeedNoUserNamespace) {
+    Spec s = minimal_spec();
+    Mount m = mount("/data", "bind", "/srv/data", {"bind"});
+    m.uid_mappings = {IdMapping{1000, 0, 1}};
+    m.gid_mappings = {IdMapping{1000, 0, 1}, IdMapping{0, 1, 1}};
+    s.mounts.push_back(m);
+    auto step = only_mount(plan_of(s));
+    ASSERT_TRUE(step.idmap);
+    ASSERT_EQ(step.idmap->uids.size(), 1u);
+    EXPECT_EQ(step.idmap->uids[0].container_id, 1000u);
+    EXPECT_EQ(step.idmap->gids.size(), 2u);
+    EXPECT_FALSE(step.idmap->recursive);
+}
+
+TEST(Plan, IdmapInAJoinedUserNamespaceTakesItsMaps) {
+    Spec s = minimal_spec();
+    s.linux->namespaces.push_back(Namespace{"user", "/proc/42/ns/user"});
+    s.mounts.push_back(mount("/data", "bind", "/srv/data", {"bind", "idmap"}));
+    auto m = only_mount(plan_of(s));
+    ASSERT_TRUE(m.idmap);
+    EXPECT_EQ(m.idmap->userns_path, "/proc/42/ns/user");
+    EXPECT_TRUE(m.idmap->uids.empty());
+}
+
+TEST(Plan, IdmapWithoutAnyMapsIsAnError) {
+    Spec s = minimal_spec();
+    s.mounts.push_back(mount("/data", "bind", "/srv/data", {"bind", "idmap"}));
+    auto e = error_of(s);
+    EXPECT_EQ(e.errnum(), EINVAL);
+    EXPECT_NE(e.what().find("mounts[0]: idmap without uidMappings and gidMappings"), std::string::npos) << e.what();
+}
+
+TEST(Plan, IdmapOfANonBindMountIsAnError) {
+    Spec s = with_user_namespace(minimal_spec());
+    s.mounts.push_back(mount("/tmp", "tmpfs", "tmpfs", {"idmap"}));
+    EXPECT_EQ(error_of(s).what(), "mounts[0]: idmapped mounts are supported only for bind mounts");
+}
+
+TEST(Plan, UidMappingsWithoutGidMappingsIsAnError) {
+    Spec s = minimal_spec();
+    Mount m = mount("/data", "bind", "/srv/data", {"bind"});
+    m.uid_mappings = {IdMapping{0, 0, 1}};
+    s.mounts.push_back(m);
+    EXPECT_EQ(error_of(s).what(), "mounts[0]: uidMappings and gidMappings go together (give both or neither)");
+}
+
 TEST(Plan, TypeBindWithoutTheBindOptionIsStillABind) {
     Spec s = minimal_spec();
     s.mounts.push_back(mount("/data", "bind", "/srv/data", {"nosuid"}));
@@ -620,30 +707,6 @@ TEST(Plan, MountsKeepTheirOrder) {
     std::vector<std::string> order;
     for (const auto& m : plan_of(s).mounts) order.push_back(m.destination);
     EXPECT_EQ(order, (std::vector<std::string>{"/proc", "/dev", "/dev/pts"}));
-}
-
-TEST(Plan, IdmapOptionIsRefused) {
-    Spec s = minimal_spec();
-    s.mounts.push_back(mount("/data", "bind", "/srv/data", {"rbind", "idmap"}));
-    auto e = error_of(s);
-    EXPECT_EQ(e.errnum(), EOPNOTSUPP);
-    EXPECT_EQ(e.what(), "mounts[0]: idmapped mounts are not supported yet");
-}
-
-TEST(Plan, MountUidMappingsAreRefused) {
-    Spec s = minimal_spec();
-    Mount m = mount("/data", "bind", "/srv/data", {"rbind"});
-    m.uid_mappings = {IdMapping{0, 100000, 65536}};
-    s.mounts.push_back(m);
-    EXPECT_EQ(error_of(s).errnum(), EOPNOTSUPP);
-}
-
-TEST(Plan, MountGidMappingsAreRefused) {
-    Spec s = minimal_spec();
-    Mount m = mount("/data", "bind", "/srv/data", {"rbind"});
-    m.gid_mappings = {IdMapping{0, 100000, 65536}};
-    s.mounts.push_back(m);
-    EXPECT_EQ(error_of(s).errnum(), EOPNOTSUPP);
 }
 
 // ---- make_plan: devices ----

@@ -254,6 +254,34 @@ Result<pid_t> drive_init(pid_t child, bool intermediate, int sync_fd, const Plan
     }
 }
 
+// Gives each idmapped bind's cloned source its maps: a user namespace made for each distinct
+// set of maps (a process that lives until they are written), or the one the container joins.
+Result<void> idmap_bind_sources(const Plan& plan, const std::vector<unique_fd>& trees) {
+    std::vector<std::pair<std::string, unique_fd>> namespaces;
+    for (size_t i = 0; i < plan.mounts.size() && i < trees.size(); ++i) {
+        const MountStep& m = plan.mounts[i];
+        if (!m.idmap || !trees[i]) continue;
+        const MountStep::IdMap& idmap = *m.idmap;
+        std::string key = idmap.userns_path.empty()
+                              ? format_id_mappings(idmap.uids) + "|" + format_id_mappings(idmap.gids)
+                              : "path " + idmap.userns_path;
+        auto known = std::find_if(namespaces.begin(), namespaces.end(), [&](const auto& n) { return n.first == key; });
+        if (known == namespaces.end()) {
+            unique_fd ns;
+            if (!idmap.userns_path.empty()) {
+                ns.reset(::open(idmap.userns_path.c_str(), O_RDONLY | O_CLOEXEC));
+                if (!ns) return sys_error("open user namespace " + idmap.userns_path + " for an idmapped mount");
+            } else {
+                FB_ASSIGN(ns, new_user_namespace(idmap.uids, idmap.gids));
+            }
+            namespaces.emplace_back(key, std::move(ns));
+            known = std::prev(namespaces.end());
+        }
+        FB_TRY(idmap_tree(trees[i].get(), known->second.get(), idmap.recursive, m.source + " on " + m.destination));
+    }
+    return {};
+}
+
 // What the warm path brings in place of what the cold path makes itself: the template's
 // fresh namespaces (a rootfs template's mount namespace with the rootfs built, and the pid
 // namespace its /proc shows), its spare cgroups, and the device program the daemon loaded.
@@ -367,7 +395,8 @@ private:
 
     // clone_and_drive_init
     IdMapWriter id_maps_;
-    std::vector<unique_fd> bind_sources_;  // opened here when init enters a new user namespace
+    // Opened here when init enters a new user namespace, or for the idmapped binds.
+    std::vector<unique_fd> bind_sources_;
     std::vector<OpenNamespace> namespaces_;
     unique_fd parent_end_, child_end_;
     InitArgs args_;
@@ -673,6 +702,10 @@ Result<void> ContainerCreation::start_systemd_unit() {
 
 Result<void> ContainerCreation::clone_and_drive_init() {
     FB_ASSIGN(namespaces_, open_namespaces(plan_.joins));
+    bool idmapped = std::any_of(plan_.mounts.begin(), plan_.mounts.end(), [](const MountStep& m) { return bool(m.idmap); });
+    if (idmapped && (::geteuid() != 0 || rootless_mode().any()))
+        return fail(EPERM, "idmapped mounts need root of the initial user namespace: only it may idmap a host "
+                           "filesystem's mount");
     if (plan_.new_namespaces & CLONE_NEWUSER) {
         FB_ASSIGN(id_maps_, plan_id_map_writer(plan_.uid_mappings, plan_.gid_mappings, ::geteuid(), ::getegid()));
         // Bind sources are reached as we can, not as the container's root could, as runc
@@ -680,9 +713,17 @@ Result<void> ContainerCreation::clone_and_drive_init() {
         // init then binds by path, in the user namespace it made.
         if (::geteuid() == 0 && !warm_.mount_namespace) {
             FB_ASSIGN(bind_sources_, open_bind_sources(plan_));
-            for (const auto& fd : bind_sources_) args_.bind_source_trees.push_back(fd.get());
         }
     }
+    // An idmapped bind's source is cloned and given its maps here, where we are root of the
+    // initial user namespace, as the kernel requires; init attaches it like any source.
+    if (idmapped) {
+        if (bind_sources_.empty()) {
+            FB_ASSIGN(bind_sources_, open_bind_sources(plan_, true));
+        }
+        FB_TRY(idmap_bind_sources(plan_, bind_sources_));
+    }
+    for (const auto& fd : bind_sources_) args_.bind_source_trees.push_back(fd.get());
     // Taken as late as can be: the thread takes ~0.7 ms, which the cgroups' mkdirs overlap.
     if (network_ahead_) {
         FB_ASSIGN(std::optional<OpenNamespace> net, network_ahead_->take());

@@ -590,14 +590,29 @@ Result<void> finalize_rootfs(const RootfsContext& ctx) {
     return {};
 }
 
-Result<std::vector<unique_fd>> open_bind_sources(const Plan& plan) {
+Result<std::vector<unique_fd>> open_bind_sources(const Plan& plan, bool idmapped_only) {
     std::vector<unique_fd> trees(plan.mounts.size());
     for (size_t i = 0; i < plan.mounts.size(); ++i) {
         const MountStep& m = plan.mounts[i];
-        if (m.kind != MountKind::Bind) continue;
+        if (m.kind != MountKind::Bind || (idmapped_only && !m.idmap)) continue;
         FB_ASSIGN(trees[i], clone_tree(AT_FDCWD, m.source.c_str(), m.recursive_bind, "bind mount source " + m.source));
     }
     return trees;
+}
+
+Result<void> idmap_tree(int tree, int userns_fd, bool recursive, const std::string& what) {
+    struct mount_attr attr {};
+    attr.attr_set = MOUNT_ATTR_IDMAP;
+    attr.userns_fd = static_cast<uint64_t>(userns_fd);
+    if (::mount_setattr(tree, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &attr, sizeof attr) == 0) return {};
+    int err = errno;
+    // EINVAL: the filesystem cannot idmap (or the kernel predates 5.12); EPERM: the source
+    // is idmapped already, or we are not root of the initial user namespace.
+    std::string why = err == EINVAL   ? " (does its filesystem support idmapped mounts?)"
+                      : err == EPERM ? " (is the source an idmapped mount already?)"
+                                     : "";
+    errno = err;
+    return sys_error("idmap the bind mount " + what + why);
 }
 
 Result<std::vector<unique_fd>> clone_cgroup_trees(const RootfsContext& ctx) {

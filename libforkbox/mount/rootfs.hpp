@@ -43,7 +43,12 @@ struct RootfsContext {
 // Detached copies (open_tree) of the plan's bind sources, per plan.mounts index (empty fds
 // for the other mounts), taken by the caller before a new user namespace is entered: as
 // runc, a bind source the caller can reach mounts even where the container's root could not.
-Result<std::vector<unique_fd>> open_bind_sources(const Plan& plan);
+// idmapped_only: the idmapped binds' alone (the others mount by path).
+Result<std::vector<unique_fd>> open_bind_sources(const Plan& plan, bool idmapped_only = false);
+
+// Gives a detached tree the id maps of the user namespace `userns_fd` (mount_setattr
+// MOUNT_ATTR_IDMAP): its top mount, or with `recursive` every mount in it.
+Result<void> idmap_tree(int tree, int userns_fd, bool recursive, const std::string& what);
 
 // The container's cgroup directories as detached mount trees (open_tree), one per hierarchy,
 // taken in the host's mount namespace for attach_cgroup_trees (none for v1 hierarchies a

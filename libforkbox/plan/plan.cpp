@@ -109,6 +109,36 @@ std::string join_path(const std::string& base, const std::string& rel) {
     return base + "/" + rel;
 }
 
+// The maps of an idmapped bind (spec 1.2): its own uidMappings and gidMappings, both or
+// neither; without them, the container's user namespace's.
+Result<MountStep::IdMap> plan_idmap(const oci::Mount& m, const MountStep& step, const Plan& plan, size_t index) {
+    std::string where = "mounts[" + std::to_string(index) + "]";
+    if (step.kind != MountKind::Bind) return fail(EINVAL, where + ": idmapped mounts are supported only for bind mounts");
+    if (m.uid_mappings.empty() != m.gid_mappings.empty())
+        return fail(EINVAL, where + ": uidMappings and gidMappings go together (give both or neither)");
+    MountStep::IdMap idmap;
+    // Mappings alone idmap the top mount, as "idmap" does.
+    idmap.recursive = step.flags.idmap_recursive;
+    if (!m.uid_mappings.empty()) {
+        idmap.uids = m.uid_mappings;
+        idmap.gids = m.gid_mappings;
+        return idmap;
+    }
+    if (plan.new_namespaces & CLONE_NEWUSER) {
+        idmap.uids = plan.uid_mappings;
+        idmap.gids = plan.gid_mappings;
+        return idmap;
+    }
+    for (const auto& j : plan.joins)
+        if (j.clone_flag == CLONE_NEWUSER) {
+            idmap.userns_path = j.path;
+            return idmap;
+        }
+    return fail(EINVAL, where + ": " + (step.flags.idmap_recursive ? "ridmap" : "idmap") +
+                            " without uidMappings and gidMappings of its own takes the container's user "
+                            "namespace, and linux.namespaces has none");
+}
+
 }  // namespace
 
 MountFlags parse_mount_options(const std::vector<std::string>& options) {
@@ -160,6 +190,7 @@ MountFlags parse_mount_options(const std::vector<std::string>& options) {
             f.tmpcopyup = true;
         } else if (opt == "idmap" || opt == "ridmap") {
             f.idmap = true;
+            f.idmap_recursive = opt == "ridmap";
         } else {
             if (!f.data.empty()) f.data += ',';
             f.data += opt;
@@ -258,8 +289,6 @@ Result<Plan> make_plan(const oci::Spec& spec, const PlanOptions& options) {
         step.flags = parse_mount_options(m.options);
         step.fstype = m.type;
         step.source = m.source;
-        if (step.flags.idmap || !m.uid_mappings.empty() || !m.gid_mappings.empty())
-            return fail(EOPNOTSUPP, "mounts[" + std::to_string(i) + "]: idmapped mounts are not supported yet");
         bool bind = (step.flags.set & MS_BIND) != 0 || m.type == "bind" || m.type == "rbind";
         if (bind) {
             step.kind = MountKind::Bind;
@@ -282,6 +311,9 @@ Result<Plan> make_plan(const oci::Spec& spec, const PlanOptions& options) {
             if (step.fstype.empty()) step.fstype = m.source;
             if (step.fstype.empty())
                 return fail(EINVAL, "mounts[" + std::to_string(i) + "]: no type for " + m.destination);
+        }
+        if (step.flags.idmap || !m.uid_mappings.empty() || !m.gid_mappings.empty()) {
+            FB_ASSIGN(step.idmap, plan_idmap(m, step, plan, i));
         }
         if (step.kind == MountKind::Bind && step.destination == "/dev") plan.dev_is_bind_mounted = true;
         plan.mounts.push_back(std::move(step));

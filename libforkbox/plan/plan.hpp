@@ -23,7 +23,8 @@ struct MountFlags {
     uint64_t recursive_clear = 0;
     std::string data;               // comma-joined filesystem options ("size=64m,mode=755")
     bool tmpcopyup = false;
-    bool idmap = false;
+    bool idmap = false;            // "idmap" or "ridmap"
+    bool idmap_recursive = false;  // "ridmap"
 };
 
 // Parses OCI/runc mount options. Unknown words become filesystem data, as in runc.
@@ -49,6 +50,14 @@ struct MountStep {
     bool recursive_bind = false;
     // A bind mount whose flags need a second remount to apply (ro, nosuid, ...).
     bool bind_needs_remount = false;
+    // An idmapped bind: `create` clones its source and gives the clone these maps
+    // (mount_setattr MOUNT_ATTR_IDMAP) before init attaches it.
+    struct IdMap {
+        std::vector<oci::IdMapping> uids, gids;  // the mount's own, else the container's
+        std::string userns_path;  // else: the user namespace the container joins, its maps
+        bool recursive = false;   // "ridmap": every mount of the cloned tree, not its top only
+    };
+    std::optional<IdMap> idmap;
 };
 
 struct NamespaceJoin {

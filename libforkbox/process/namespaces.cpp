@@ -18,6 +18,8 @@
 
 #include "libforkbox/base/fd.hpp"
 #include "libforkbox/base/files.hpp"
+#include "libforkbox/base/syscalls.hpp"
+#include "libforkbox/process/pidfd.hpp"
 #include "oci/linux_names.hpp"
 
 namespace forkbox {
@@ -154,6 +156,32 @@ Result<void> write_id_mappings(pid_t pid, const std::vector<oci::IdMapping>& uid
         }
     }
     return {};
+}
+
+Result<unique_fd> new_user_namespace(const std::vector<oci::IdMapping>& uids, const std::vector<oci::IdMapping>& gids) {
+    int hold[2];
+    if (::pipe2(hold, O_CLOEXEC) < 0) return sys_error("pipe");
+    unique_fd hold_read(hold[0]), hold_write(hold[1]);
+    pid_t pid = sys::clone3_fork(CLONE_NEWUSER);
+    if (pid < 0) return sys_error("clone a process into a new user namespace");
+    if (pid == 0) {
+        // The namespace's owner: waits for the parent to close its end (or die), then goes.
+        // Only syscalls here: the parent may have other threads.
+        ::close(hold[1]);
+        char c;
+        while (::read(hold[0], &c, 1) < 0 && errno == EINTR) {
+        }
+        ::_exit(0);
+    }
+    ChildGuard owner(pid);
+    hold_read.reset();
+    FB_TRY(write_id_mappings(pid, uids, gids));
+    unique_fd ns(::open(("/proc/" + std::to_string(pid) + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
+    if (!ns) return sys_error("open the new user namespace");
+    hold_write.reset();
+    owner.dismiss();
+    FB_TRY(wait_child(pid));
+    return ns;
 }
 
 Result<void> enter_new_time_namespace(const std::vector<std::pair<std::string, oci::TimeOffset>>& offsets) {

@@ -60,6 +60,11 @@ Result<IdMapWriter> plan_id_map_writer(const std::vector<oci::IdMapping>& uids,
 Result<void> write_id_mappings(pid_t pid, const std::vector<oci::IdMapping>& uids,
                                const std::vector<oci::IdMapping>& gids, const IdMapWriter& writer = {});
 
+// A user namespace with these maps and no process in it (an fd of it: the idmap of an
+// idmapped mount). Its owner, a child that lives until the maps are written, is reaped
+// before this returns. Needs root in the initial user namespace for arbitrary maps.
+Result<unique_fd> new_user_namespace(const std::vector<oci::IdMapping>& uids, const std::vector<oci::IdMapping>& gids);
+
 // A network namespace made by a thread of its own, with its loopback up, while the caller
 // does its other work: the kernel takes ~0.7 ms to make one on these VMs (most of a cold
 // clone3 with runc's namespaces), time that then leaves the create's critical path. The

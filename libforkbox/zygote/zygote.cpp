@@ -181,7 +181,10 @@ bool rootfs_template_fits(const Plan& plan) {
     if (!plan.hooks.prestart.empty() || !plan.hooks.create_runtime.empty() || !plan.hooks.create_container.empty())
         return false;
     int cgroup_mounts = 0;
-    for (const auto& m : plan.mounts) cgroup_mounts += m.kind == MountKind::Cgroup;
+    for (const auto& m : plan.mounts) {
+        cgroup_mounts += m.kind == MountKind::Cgroup;
+        if (m.idmap) return false;  // its source is idmapped by `create`, not by a daemon ahead
+    }
     return cgroup_mounts <= 1;
 }
 
