@@ -690,6 +690,18 @@ zygote_stat() {
 	"$FORKBOX" daemon --socket "$FORKBOX_SOCKET" --stats | tr ' ' '\n' | sed -n "s/^$1=//p"
 }
 
+@test "-v SRC:DEST:idmap with --uidmap: host root's files in the volume are the container root's" {
+	local src=$BATS_TEST_TMPDIR/idmapped
+	mkdir -p "$src"
+	echo data >"$src/root-file"
+	run pm run --rm --uidmap 0:200000:65536 --gidmap 0:200000:65536 -v "$src:/m:idmap" "$PM_IMAGE" \
+		sh -c 'stat -c "%u %g" /m/root-file; echo new >/m/written'
+	assert_success
+	assert_output "0 0"
+	run stat -c '%u %g' "$src/written"
+	assert_output "0 0"
+}
+
 @test "zygote: podman containers opted in by annotation take warm templates, --uidmap ones too" {
 	skip_if_runc "zygote mode is forkbox's own"
 	# podman hands conmon (and so the runtime) only containers.conf's conmon_env_vars.
