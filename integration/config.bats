@@ -559,6 +559,20 @@ ok"
 	assert_output ""
 }
 
+@test "linux.netDevices and linux.intelRdt, not built, are refused and nothing is left" {
+	skip_if_runc "runc 1.1 ignores both"
+	update_config '.linux.netDevices = {"fbnodev0": {"name": "eth9"}}'
+	run_helper true
+	assert_failure
+	assert_stderr_contains "linux.netDevices: moving network devices into the container is not supported yet"
+	update_config 'del(.linux.netDevices) | .linux.intelRdt = {"closID": "fbtest"}'
+	run_helper true
+	assert_failure
+	assert_stderr_contains "linux.intelRdt: Intel RDT (resctrl) is not supported"
+	run runtime list -q
+	assert_output ""
+}
+
 @test "a namespace path that does not exist is refused" {
 	update_config '.linux.namespaces |= map(if .type == "network" then .path = "/no/such/netns" else . end)'
 	run_helper true

@@ -984,3 +984,20 @@ TEST(Plan, NoHooksMeansEmptyStages) {
     EXPECT_TRUE(p.hooks.prestart.empty());
     EXPECT_TRUE(p.hooks.poststop.empty());
 }
+
+// ---- make_plan: what is not built is refused, never dropped ----
+
+TEST(Plan, NetDevicesAreRefusedNotIgnored) {
+    Spec s = minimal_spec();
+    s.linux->net_devices["eth1"] = NetDevice{"ctr0"};
+    auto e = error_of(s);
+    EXPECT_EQ(e.errnum(), EOPNOTSUPP);
+    EXPECT_EQ(e.what(), "linux.netDevices: moving network devices into the container is not supported yet");
+}
+
+TEST(Plan, IntelRdtIsRefusedNotIgnored) {
+    Spec s = minimal_spec();
+    s.linux->intel_rdt = IntelRdt{};
+    s.linux->intel_rdt->clos_id = "g";
+    EXPECT_EQ(error_of(s).errnum(), EOPNOTSUPP);
+}

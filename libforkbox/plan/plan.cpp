@@ -259,6 +259,10 @@ Result<Plan> make_plan(const oci::Spec& spec, const PlanOptions& options) {
                 plan.joins.push_back(j);
         }
     }
+    // Not built: refused rather than silently left out (README, "Not built yet").
+    if (!linux.net_devices.empty())
+        return fail(EOPNOTSUPP, "linux.netDevices: moving network devices into the container is not supported yet");
+    if (linux.intel_rdt) return fail(EOPNOTSUPP, "linux.intelRdt: Intel RDT (resctrl) is not supported");
     plan.uid_mappings = linux.uid_mappings;
     plan.gid_mappings = linux.gid_mappings;
     plan.has_mount_namespace = (plan.new_namespaces & CLONE_NEWNS) != 0;
