@@ -255,6 +255,69 @@ host_has_cap() {
 	assert_output "$(cat /proc/self/oom_score_adj)"
 }
 
+@test "process.scheduler and process.ioPriority reach the process" {
+	skip_if_runc "runc 1.1 in Debian 12 predates runtime-spec 1.2's scheduler and ioPriority"
+	update_config '.process.scheduler = {"policy": "SCHED_BATCH", "nice": 7}
+		| .process.ioPriority = {"class": "IOPRIO_CLASS_BE", "priority": 6}'
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	local pid
+	pid=$(container_pid "$CID")
+	# Fields 19 and 41 of /proc/PID/stat: nice and policy (SCHED_BATCH is 3).
+	run awk '{print $19, $41}' "/proc/$pid/stat"
+	assert_output "7 3"
+	run ionice -p "$pid"
+	assert_output "best-effort: prio 6"
+}
+
+@test "a real-time process.scheduler the kernel refuses fails the create with the reason, and nothing is left" {
+	skip_if_runc "runc 1.1 in Debian 12 predates runtime-spec 1.2's scheduler"
+	open_path_for_others
+	# Root of a user namespace has no CAP_SYS_NICE over the host's scheduler.
+	update_config '.linux.namespaces += [{"type": "user"}]
+		| .linux.uidMappings = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+		| .linux.gidMappings = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+		| .process.scheduler = {"policy": "SCHED_FIFO", "priority": 10}'
+	run_helper true
+	assert_failure
+	assert_stderr_contains "process.scheduler: sched_setattr SCHED_FIFO: Operation not permitted"
+	run runtime list -q
+	assert_output ""
+}
+
+@test "linux.memoryPolicy binds the process's memory to its nodes" {
+	skip_if_runc "runc 1.1 in Debian 12 predates runtime-spec 1.3's memoryPolicy"
+	[[ -r /proc/self/numa_maps ]] || skip "a kernel without NUMA"
+	update_config '.linux.memoryPolicy = {"mode": "MPOL_BIND", "nodes": "0"}'
+	run_sh 'grep -m1 -o "bind:0" /proc/self/numa_maps'
+	assert_success
+	assert_output "bind:0"
+	update_config '.linux.memoryPolicy = {"mode": "MPOL_BIND", "nodes": "0-x"}'
+	run_helper true
+	assert_failure
+	assert_stderr_contains 'linux.memoryPolicy.nodes: invalid list "0-x"'
+}
+
+@test "exec takes process.execCPUAffinity: final once in the cgroups, else initial; init takes neither" {
+	skip_if_runc "runc 1.1 in Debian 12 predates runtime-spec 1.2's execCPUAffinity"
+	(($(nproc) >= 2)) || skip "needs 2 CPUs"
+	update_config '.process.execCPUAffinity = {"initial": "0", "final": "1"}'
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	local pid
+	pid=$(container_pid "$CID")
+	run grep Cpus_allowed_list "/proc/$pid/status"
+	assert_output "Cpus_allowed_list:	0-$(($(nproc) - 1))"
+	run runtime exec "$CID" /bin/sh -c 'grep Cpus_allowed_list /proc/self/status'
+	assert_success
+	assert_output "Cpus_allowed_list:	1"
+	jq '.process | .args = ["/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status"]
+		| .execCPUAffinity = {"initial": "0"}' "$BUNDLE/config.json" >"$BATS_TEST_TMPDIR/process.json"
+	run runtime exec -p "$BATS_TEST_TMPDIR/process.json" "$CID"
+	assert_success
+	assert_output "Cpus_allowed_list:	0"
+}
+
 # ---------------------------------------------------------------- rootfs and mounts
 
 @test "a read-only rootfs refuses writes" {

@@ -60,6 +60,11 @@ std::string features_json() {
     w.key("mountExtensions").begin_object();
     enabled(w, "idmap", true);  // binds only, as root of the initial user namespace
     w.end_object();
+    w.key("memoryPolicy").begin_object();
+    string_array(w, "modes", oci::memory_policy_mode_names());
+    string_array(w, "flags", oci::memory_policy_flag_names());
+    w.end_object();
+    enabled(w, "netDevices", false);  // refused: not built
     w.end_object();
 
     w.key("annotations").begin_object();

@@ -1001,3 +1001,74 @@ TEST(Plan, IntelRdtIsRefusedNotIgnored) {
     s.linux->intel_rdt->clos_id = "g";
     EXPECT_EQ(error_of(s).errnum(), EOPNOTSUPP);
 }
+
+// ---- process.scheduler, process.ioPriority, linux.memoryPolicy, CPU lists ----
+
+TEST(Scheduler, NamesBecomeTheKernelsNumbers) {
+    oci::Scheduler s;
+    s.policy = "SCHED_DEADLINE";
+    s.flags = {"SCHED_FLAG_RESET_ON_FORK", "SCHED_FLAG_DL_OVERRUN"};
+    s.runtime = 10;
+    s.deadline = 20;
+    s.period = 30;
+    auto a = scheduler_attr(s);
+    EXPECT_EQ(a.policy, 6u);
+    EXPECT_EQ(a.flags, 0x05u);
+    EXPECT_EQ(a.runtime, 10u);
+    EXPECT_EQ(a.deadline, 20u);
+    EXPECT_EQ(a.period, 30u);
+    s = oci::Scheduler{};
+    s.policy = "SCHED_BATCH";
+    s.nice = -3;
+    a = scheduler_attr(s);
+    EXPECT_EQ(a.policy, 3u);
+    EXPECT_EQ(a.nice, -3);
+    EXPECT_EQ(a.priority, 0u);
+}
+
+TEST(IoPriority, ClassAboveThirteenBitsOfLevel) {
+    EXPECT_EQ(io_priority_value(oci::IoPriority{"IOPRIO_CLASS_BE", 4}), (2 << 13) | 4);
+    EXPECT_EQ(io_priority_value(oci::IoPriority{"IOPRIO_CLASS_IDLE", 0}), 3 << 13);
+}
+
+TEST(IdList, RangesAndSinglesBecomeBits) {
+    auto m = parse_id_list("0-2,5,64", "cpus");
+    ASSERT_TRUE(m) << m.error().what();
+    ASSERT_EQ(m->size(), 2u);
+    EXPECT_EQ((*m)[0], 0x27u);
+    EXPECT_EQ((*m)[1], 1u);
+    auto empty = parse_id_list("", "cpus");
+    ASSERT_TRUE(empty);
+    EXPECT_TRUE(empty->empty());
+}
+
+TEST(IdList, MalformedListsAreErrorsNamingTheField) {
+    for (const char* bad : {"a", "1-", "-1", "3-1", "1,,2", "1,", "4096", "1 2"}) {
+        auto m = parse_id_list(bad, "process.execCPUAffinity.final");
+        ASSERT_FALSE(m) << bad;
+        EXPECT_EQ(m.error().what(), std::string("process.execCPUAffinity.final: invalid list \"") + bad + "\"");
+    }
+}
+
+TEST(MemoryPolicy, ModeFlagsAndNodes) {
+    auto p = memory_policy_plan(oci::MemoryPolicy{"MPOL_INTERLEAVE", "0-1", {"MPOL_F_STATIC_NODES"}});
+    ASSERT_TRUE(p) << p.error().what();
+    EXPECT_EQ(p->mode, 3 | (1 << 15));
+    ASSERT_EQ(p->nodes.size(), 1u);
+    EXPECT_EQ(p->nodes[0], 3u);
+}
+
+TEST(MemoryPolicy, NodesWhereTheModeNeedsThemOnly) {
+    EXPECT_FALSE(memory_policy_plan(oci::MemoryPolicy{"MPOL_BIND", "", {}}));
+    EXPECT_FALSE(memory_policy_plan(oci::MemoryPolicy{"MPOL_LOCAL", "0", {}}));
+    EXPECT_TRUE(memory_policy_plan(oci::MemoryPolicy{"MPOL_DEFAULT", "", {}}));
+    EXPECT_TRUE(memory_policy_plan(oci::MemoryPolicy{"MPOL_PREFERRED", "", {}}));
+}
+
+TEST(Plan, MemoryPolicyIsPlanned) {
+    Spec s = minimal_spec();
+    s.linux->memory_policy = oci::MemoryPolicy{"MPOL_BIND", "0", {}};
+    auto p = plan_of(s);
+    ASSERT_TRUE(p.memory_policy);
+    EXPECT_EQ(p.memory_policy->mode, 2);
+}

@@ -108,6 +108,11 @@ Result<void> run_exec_child(ExecChild& a) {
     if (proc.terminal) FB_TRY(setup_console(a.console_fd, proc.console_size, proc.user.uid));
     FB_TRY(apply_rlimits(proc.rlimits));
     if (proc.oom_score_adj) FB_TRY(set_oom_score_adj(*proc.oom_score_adj));
+    if (proc.scheduler) FB_TRY(set_scheduler(*proc.scheduler));
+    if (proc.io_priority) FB_TRY(set_io_priority(*proc.io_priority));
+    // In the container's cgroups now (execCPUAffinity.initial was ours before the clone).
+    if (proc.exec_cpu_affinity && !proc.exec_cpu_affinity->final.empty())
+        FB_TRY(set_cpu_affinity(proc.exec_cpu_affinity->final, "process.execCPUAffinity.final"));
     FB_TRY(enter_cwd(proc.cwd));
     // As in init: early without no_new_privs, or when the parent must pass on a listener.
     bool seccomp_early = a.seccomp && (!proc.no_new_privileges || a.seccomp->wants_listener());
@@ -333,6 +338,11 @@ Result<int> exec_into(const StateStore& store, const ExecOptions& opt) {
     // keeps it until execve.
     if (::prctl(PR_SET_DUMPABLE, 0) < 0) return sys_error("prctl dumpable");
     if (parent_joins && ::setns(pidfd.get(), parent_joins) < 0) return sys_error("join the container's pid namespace");
+    // execCPUAffinity.initial: the CPUs the process runs on as it enters the container's
+    // cgroups, which clone3 puts it in at birth; so ours, inherited (this thread only
+    // waits from here on). `final` follows in the child, once in the cgroups.
+    if (proc.exec_cpu_affinity && !proc.exec_cpu_affinity->initial.empty())
+        FB_TRY(set_cpu_affinity(proc.exec_cpu_affinity->initial, "process.execCPUAffinity.initial"));
     std::fflush(nullptr);
     pid_t child = sys::clone3_fork(0, unified_dir.get());
     if (child < 0) return sys_error("clone exec process");

@@ -253,6 +253,11 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     }
     FB_TRY(apply_rlimits(proc.rlimits));
     if (proc.oom_score_adj) FB_TRY(set_oom_score_adj(*proc.oom_score_adj));
+    // While init still has its capabilities (a real-time policy or a negative nice needs
+    // CAP_SYS_NICE); the process keeps them across execve, and its children inherit them.
+    if (proc.scheduler) FB_TRY(set_scheduler(*proc.scheduler));
+    if (proc.io_priority) FB_TRY(set_io_priority(*proc.io_priority));
+    if (plan.memory_policy) FB_TRY(set_memory_policy(*plan.memory_policy));
     if (plan.personality) FB_TRY(set_personality(*plan.personality));
     FB_TRY(enter_cwd(proc.cwd));
 

@@ -5,6 +5,7 @@
 #include <sys/mount.h>
 
 #include <array>
+#include <charconv>
 #include <string_view>
 
 #include "libforkbox/cgroup/cgroups.hpp"
@@ -354,6 +355,9 @@ Result<Plan> make_plan(const oci::Spec& spec, const PlanOptions& options) {
     for (const auto& [k, v] : linux.time_offsets) plan.time_offsets.emplace_back(k, v);
     // The domain is validated (LINUX or LINUX32); the spec defines no flags yet.
     if (linux.personality) plan.personality = linux.personality->domain == "LINUX32" ? PER_LINUX32 : PER_LINUX;
+    if (linux.memory_policy) {
+        FB_ASSIGN(plan.memory_policy, memory_policy_plan(*linux.memory_policy));
+    }
 
     if (spec.process) plan.process = *spec.process;
     if (plan.process.cwd.empty()) plan.process.cwd = "/";
@@ -386,6 +390,99 @@ Result<Plan> make_plan(const oci::Spec& spec, const PlanOptions& options) {
         plan.hooks.poststop = spec.hooks->poststop;
     }
     return plan;
+}
+
+}  // namespace forkbox
+
+namespace forkbox {
+
+namespace {
+
+// The kernel's numbers for the spec's names (uapi sched.h, ioprio.h, mempolicy.h).
+constexpr std::pair<std::string_view, uint32_t> kSchedPolicies[] = {
+    {"SCHED_OTHER", 0}, {"SCHED_FIFO", 1}, {"SCHED_RR", 2},     {"SCHED_BATCH", 3},
+    {"SCHED_ISO", 4},   {"SCHED_IDLE", 5}, {"SCHED_DEADLINE", 6},
+};
+constexpr std::pair<std::string_view, uint64_t> kSchedFlags[] = {
+    {"SCHED_FLAG_RESET_ON_FORK", 0x01},  {"SCHED_FLAG_RECLAIM", 0x02},     {"SCHED_FLAG_DL_OVERRUN", 0x04},
+    {"SCHED_FLAG_KEEP_POLICY", 0x08},    {"SCHED_FLAG_KEEP_PARAMS", 0x10}, {"SCHED_FLAG_UTIL_CLAMP_MIN", 0x20},
+    {"SCHED_FLAG_UTIL_CLAMP_MAX", 0x40},
+};
+constexpr std::pair<std::string_view, int> kIoPriorityClasses[] = {
+    {"IOPRIO_CLASS_RT", 1}, {"IOPRIO_CLASS_BE", 2}, {"IOPRIO_CLASS_IDLE", 3}};
+constexpr std::pair<std::string_view, int> kMemoryPolicyModes[] = {
+    {"MPOL_DEFAULT", 0}, {"MPOL_PREFERRED", 1},      {"MPOL_BIND", 2},
+    {"MPOL_INTERLEAVE", 3}, {"MPOL_LOCAL", 4},        {"MPOL_PREFERRED_MANY", 5},
+    {"MPOL_WEIGHTED_INTERLEAVE", 6},
+};
+constexpr std::pair<std::string_view, int> kMemoryPolicyFlags[] = {
+    {"MPOL_F_STATIC_NODES", 1 << 15}, {"MPOL_F_RELATIVE_NODES", 1 << 14}, {"MPOL_F_NUMA_BALANCING", 1 << 13}};
+
+template <typename Table>
+auto value_of(const Table& table, std::string_view name) {
+    for (const auto& [n, v] : table)
+        if (n == name) return v;
+    return decltype(table[0].second){};
+}
+
+}  // namespace
+
+SchedulerAttr scheduler_attr(const oci::Scheduler& s) {
+    SchedulerAttr a;
+    a.policy = value_of(kSchedPolicies, s.policy);
+    for (const auto& f : s.flags) a.flags |= value_of(kSchedFlags, f);
+    a.nice = s.nice.value_or(0);
+    a.priority = static_cast<uint32_t>(s.priority.value_or(0));
+    a.runtime = s.runtime.value_or(0);
+    a.deadline = s.deadline.value_or(0);
+    a.period = s.period.value_or(0);
+    return a;
+}
+
+int io_priority_value(const oci::IoPriority& io) {
+    // IOPRIO_PRIO_VALUE(class, level): the class above 13 bits of level.
+    return (value_of(kIoPriorityClasses, io.klass) << 13) | io.priority;
+}
+
+Result<std::vector<uint64_t>> parse_id_list(std::string_view list, std::string_view what) {
+    std::vector<uint64_t> mask;
+    auto bad = [&] { return fail(EINVAL, std::string(what) + ": invalid list \"" + std::string(list) + "\""); };
+    auto number = [](std::string_view t) -> std::optional<uint32_t> {
+        uint32_t n = 0;
+        auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), n);
+        if (t.empty() || ec != std::errc() || end != t.data() + t.size()) return std::nullopt;
+        return n;
+    };
+    size_t pos = 0;
+    while (pos < list.size()) {
+        size_t comma = list.find(',', pos);
+        if (comma == std::string_view::npos) comma = list.size();
+        std::string_view item = list.substr(pos, comma - pos);
+        size_t dash = item.find('-');
+        auto first = number(item.substr(0, dash));
+        auto last = dash == std::string_view::npos ? first : number(item.substr(dash + 1));
+        // 4096: the kernel's largest CPU and node counts are below it.
+        if (!first || !last || *first > *last || *last >= 4096) return bad();
+        for (uint32_t id = *first; id <= *last; ++id) {
+            if (mask.size() <= id / 64) mask.resize(id / 64 + 1);
+            mask[id / 64] |= uint64_t{1} << (id % 64);
+        }
+        pos = comma + 1;
+        if (comma + 1 == list.size()) return bad();  // a trailing comma
+    }
+    return mask;
+}
+
+Result<MemoryPolicyPlan> memory_policy_plan(const oci::MemoryPolicy& m) {
+    MemoryPolicyPlan p;
+    p.mode = value_of(kMemoryPolicyModes, m.mode);
+    for (const auto& f : m.flags) p.mode |= value_of(kMemoryPolicyFlags, f);
+    FB_ASSIGN(p.nodes, parse_id_list(m.nodes, "linux.memoryPolicy.nodes"));
+    bool wants_nodes = m.mode != "MPOL_DEFAULT" && m.mode != "MPOL_LOCAL" && m.mode != "MPOL_PREFERRED";
+    if (wants_nodes && p.nodes.empty()) return fail(EINVAL, "linux.memoryPolicy.nodes: " + m.mode + " needs nodes");
+    if ((m.mode == "MPOL_DEFAULT" || m.mode == "MPOL_LOCAL") && !p.nodes.empty())
+        return fail(EINVAL, "linux.memoryPolicy.nodes: " + m.mode + " takes no nodes");
+    return p;
 }
 
 }  // namespace forkbox

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "libforkbox/base/error.hpp"
@@ -74,6 +75,21 @@ struct DeviceNode {
     uint32_t uid = 0, gid = 0;
 };
 
+// set_mempolicy(2)'s arguments from linux.memoryPolicy.
+struct MemoryPolicyPlan {
+    int mode = 0;                 // MPOL_* | MPOL_F_*
+    std::vector<uint64_t> nodes;  // the node mask, 64 nodes a word; empty: none given
+};
+
+// sched_setattr(2)'s fields from process.scheduler (the validated names as numbers).
+struct SchedulerAttr {
+    uint32_t policy = 0;
+    uint64_t flags = 0;
+    int32_t nice = 0;
+    uint32_t priority = 0;
+    uint64_t runtime = 0, deadline = 0, period = 0;
+};
+
 struct HookPlan {
     std::vector<oci::Hook> prestart, create_runtime, create_container, start_container,
         poststart, poststop;
@@ -108,6 +124,7 @@ struct Plan {
     // linux.personality as the personality(2) persona (PER_LINUX, PER_LINUX32), set by init
     // just before execve; none: inherit the runtime's.
     std::optional<unsigned long> personality;
+    std::optional<MemoryPolicyPlan> memory_policy;  // linux.memoryPolicy, set by init
 
     // Process.
     oci::Process process;
@@ -145,6 +162,16 @@ Result<Plan> make_plan(const oci::Spec& spec, const PlanOptions& options);
 
 // The default devices every container gets (null, zero, full, random, urandom, tty).
 std::vector<DeviceNode> default_devices();
+
+// process.scheduler, process.ioPriority (ioprio_set's value) and linux.memoryPolicy as the
+// kernel takes them. Names are validated already (oci/validate.cpp).
+SchedulerAttr scheduler_attr(const oci::Scheduler& s);
+int io_priority_value(const oci::IoPriority& io);
+Result<MemoryPolicyPlan> memory_policy_plan(const oci::MemoryPolicy& m);
+
+// A CPU or NUMA node list ("0-3,8,10-11") as a bit mask, 64 ids a word; `what` names it in
+// errors. Empty text is an empty mask.
+Result<std::vector<uint64_t>> parse_id_list(std::string_view list, std::string_view what);
 
 // Cleans a container path: "a//b/../c/" -> "/a/c"; never climbs above "/".
 std::string clean_container_path(const std::string& path);

@@ -4,7 +4,9 @@
 #include <grp.h>
 #include <sys/personality.h>
 #include <sys/prctl.h>
+#include <sched.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -132,6 +134,46 @@ Result<void> set_oom_score_adj(int value) {
     int e = errno;
     ::close(fd);
     if (n < 0) return sys_error(e, "set oom_score_adj to " + text);
+    return {};
+}
+
+Result<void> set_scheduler(const oci::Scheduler& scheduler) {
+    SchedulerAttr a = scheduler_attr(scheduler);
+    // struct sched_attr, SCHED_ATTR_SIZE_VER0 (no utilization clamps: the spec has none).
+    struct {
+        uint32_t size, sched_policy;
+        uint64_t sched_flags;
+        int32_t sched_nice;
+        uint32_t sched_priority;
+        uint64_t sched_runtime, sched_deadline, sched_period;
+    } attr{48, a.policy, a.flags, a.nice, a.priority, a.runtime, a.deadline, a.period};
+    static_assert(sizeof attr == 48);
+    if (::syscall(SYS_sched_setattr, 0, &attr, 0) < 0) return sys_error("process.scheduler: sched_setattr " + scheduler.policy);
+    return {};
+}
+
+Result<void> set_io_priority(const oci::IoPriority& io) {
+    constexpr int kWhoProcess = 1;  // IOPRIO_WHO_PROCESS
+    if (::syscall(SYS_ioprio_set, kWhoProcess, 0, io_priority_value(io)) < 0)
+        return sys_error("process.ioPriority: ioprio_set " + io.klass + " " + std::to_string(io.priority));
+    return {};
+}
+
+Result<void> set_cpu_affinity(const std::string& cpus, std::string_view what) {
+    FB_ASSIGN(std::vector<uint64_t> mask, parse_id_list(cpus, what));
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (size_t cpu = 0; cpu < mask.size() * 64 && cpu < CPU_SETSIZE; ++cpu)
+        if (mask[cpu / 64] >> (cpu % 64) & 1) CPU_SET(cpu, &set);
+    if (::sched_setaffinity(0, sizeof set, &set) < 0) return sys_error(std::string(what) + ": sched_setaffinity " + cpus);
+    return {};
+}
+
+Result<void> set_memory_policy(const MemoryPolicyPlan& policy) {
+    // maxnode counts one more than the bits given, as numactl passes it.
+    unsigned long maxnode = policy.nodes.empty() ? 0 : policy.nodes.size() * 64 + 1;
+    if (::syscall(SYS_set_mempolicy, policy.mode, policy.nodes.empty() ? nullptr : policy.nodes.data(), maxnode) < 0)
+        return sys_error("linux.memoryPolicy: set_mempolicy");
     return {};
 }
 

@@ -2,9 +2,11 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "libforkbox/base/error.hpp"
+#include "libforkbox/plan/plan.hpp"
 #include "oci/spec.hpp"
 
 namespace forkbox {
@@ -29,6 +31,15 @@ Result<void> apply_rlimits(const std::vector<oci::Rlimit>& rlimits);
 Result<void> set_oom_score_adj(int value);
 // personality(2): the execution domain (Plan::personality), inherited across execve.
 Result<void> set_personality(unsigned long persona);
+
+// sched_setattr(2) with process.scheduler's policy and parameters.
+Result<void> set_scheduler(const oci::Scheduler& scheduler);
+// ioprio_set(2) of this process with process.ioPriority.
+Result<void> set_io_priority(const oci::IoPriority& io);
+// sched_setaffinity(2) of this thread to a CPU list ("0-3,7"); `what` names it in errors.
+Result<void> set_cpu_affinity(const std::string& cpus, std::string_view what);
+// set_mempolicy(2): linux.memoryPolicy, which the process and its children keep.
+Result<void> set_memory_policy(const MemoryPolicyPlan& policy);
 
 // Finds args[0] as execve would after PATH lookup in the container's environment.
 // Error text matches runc's, which podman maps to exit codes 126/127.
