@@ -622,13 +622,9 @@ ok"
 	assert_output ""
 }
 
-@test "linux.netDevices and linux.intelRdt, not built, are refused and nothing is left" {
-	skip_if_runc "runc 1.1 ignores both"
-	update_config '.linux.netDevices = {"fbnodev0": {"name": "eth9"}}'
-	run_helper true
-	assert_failure
-	assert_stderr_contains "linux.netDevices: moving network devices into the container is not supported yet"
-	update_config 'del(.linux.netDevices) | .linux.intelRdt = {"closID": "fbtest"}'
+@test "linux.intelRdt, not built, is refused and nothing is left" {
+	skip_if_runc "runc 1.1 ignores it"
+	update_config '.linux.intelRdt = {"closID": "fbtest"}'
 	run_helper true
 	assert_failure
 	assert_stderr_contains "linux.intelRdt: Intel RDT (resctrl) is not supported"

@@ -336,3 +336,13 @@ assert_nothing_left() {
 	assert_stderr_contains "idmapped mounts need root of the initial user namespace"
 	assert_nothing_left
 }
+
+@test "a rootless create with linux.netDevices is refused with the reason, and nothing is left" {
+	skip_if_runc "runc 1.1 in Debian 12 predates runtime-spec 1.3's netDevices"
+	update_config '.linux.netDevices = {"fbnone0": {}}
+		| if any(.linux.namespaces[]; .type == "network") then . else .linux.namespaces += [{"type": "network"}] end'
+	run_sh true
+	assert_failure
+	assert_stderr_contains "linux.netDevices: moving the host's network devices needs root of the initial user namespace"
+	assert_nothing_left
+}

@@ -64,7 +64,7 @@ std::string features_json() {
     string_array(w, "modes", oci::memory_policy_mode_names());
     string_array(w, "flags", oci::memory_policy_flag_names());
     w.end_object();
-    enabled(w, "netDevices", false);  // refused: not built
+    enabled(w, "netDevices", true);
     w.end_object();
 
     w.key("annotations").begin_object();

@@ -987,12 +987,17 @@ TEST(Plan, NoHooksMeansEmptyStages) {
 
 // ---- make_plan: what is not built is refused, never dropped ----
 
-TEST(Plan, NetDevicesAreRefusedNotIgnored) {
+TEST(Plan, NetDevicesArePlannedWithTheirNamesInside) {
     Spec s = minimal_spec();
+    s.linux->namespaces.push_back(Namespace{"network", ""});
     s.linux->net_devices["eth1"] = NetDevice{"ctr0"};
-    auto e = error_of(s);
-    EXPECT_EQ(e.errnum(), EOPNOTSUPP);
-    EXPECT_EQ(e.what(), "linux.netDevices: moving network devices into the container is not supported yet");
+    s.linux->net_devices["dummy0"] = NetDevice{""};
+    auto p = plan_of(s);
+    ASSERT_EQ(p.net_devices.size(), 2u);
+    EXPECT_EQ(p.net_devices[0].host_name, "dummy0");
+    EXPECT_EQ(p.net_devices[0].container_name, "dummy0");  // no name: the host's
+    EXPECT_EQ(p.net_devices[1].host_name, "eth1");
+    EXPECT_EQ(p.net_devices[1].container_name, "ctr0");
 }
 
 TEST(Plan, IntelRdtIsRefusedNotIgnored) {

@@ -203,8 +203,7 @@ TEST(Features, ClaimsSeccompAndIdmapButNotTheSecurityModulesMissingHere) {
     EXPECT_FALSE(*linux->get("intelRdt")->get("enabled")->as_bool());
     // Idmapped binds are built (integration/idmap.bats).
     EXPECT_TRUE(*linux->get("mountExtensions")->get("idmap")->get("enabled")->as_bool());
-    // linux.netDevices is refused until it is built.
-    EXPECT_FALSE(*linux->get("netDevices")->get("enabled")->as_bool());
+    EXPECT_TRUE(*linux->get("netDevices")->get("enabled")->as_bool());
     EXPECT_TRUE(linux->get("memoryPolicy")->get("modes"));
 }
 

@@ -31,6 +31,7 @@ ContainerState full_state() {
     s.own_pid_namespace = true;
     s.cgroup_dirs = {"/sys/fs/cgroup/memory/forkbox/web-1", "/sys/fs/cgroup/unified/forkbox/web-1"};
     s.cgroup_dirs_created = {"/sys/fs/cgroup/memory/forkbox", "/sys/fs/cgroup/memory/forkbox/web-1"};
+    s.net_devices = {{"enp7s0", "eth1"}, {"dummy0", "dummy0"}};
     return s;
 }
 
@@ -54,6 +55,7 @@ void expect_same(const ContainerState& a, const ContainerState& b) {
     EXPECT_EQ(a.cgroup_dirs, b.cgroup_dirs);
     EXPECT_EQ(a.cgroup_dirs_created, b.cgroup_dirs_created);
     EXPECT_EQ(a.systemd_unit, b.systemd_unit);
+    EXPECT_EQ(a.net_devices, b.net_devices);
 }
 
 bool id_ok(const std::string& id) { return validate_container_id(id).has_value(); }

@@ -16,6 +16,7 @@
 #include "libforkbox/cgroup/freezer.hpp"
 #include "libforkbox/cgroup/resources.hpp"
 #include "libforkbox/cgroup/systemd_manager.hpp"
+#include "libforkbox/container/net_devices.hpp"
 #include "libforkbox/process/hooks.hpp"
 #include "libforkbox/process/pidfd.hpp"
 #include "oci/parse.hpp"
@@ -222,7 +223,22 @@ void kill_half_made(const ContainerState& s) {
     thaw_killed(s);
 }
 
+// linux.netDevices back to the host while the container's network namespace lives (init
+// alive). Once it is gone the kernel has already returned a physical device (under its
+// name in the container) and destroyed a virtual one, as it does for every runtime.
+void return_net_devices(const ContainerState& s) {
+    if (s.net_devices.empty() || s.pid <= 0) return;
+    // Init still alive (same start time) after the open: the namespace opened is its own.
+    unique_fd netns(::open(("/proc/" + std::to_string(s.pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
+    if (!netns || !process_alive(s.pid, s.pid_start_time)) return;
+    std::vector<NetDeviceMove> devices;
+    for (const auto& [host, inside] : s.net_devices) devices.push_back(NetDeviceMove{host, inside});
+    if (auto back = move_net_devices_out(devices, netns.get()); !back)
+        log::warn("delete " + s.id + ": " + back.error().what());
+}
+
 Result<void> destroy(ContainerDir& dir, const ContainerState& s, bool poststop_hooks = true) {
+    return_net_devices(s);
     if (s.pid > 0) FB_TRY(kill_and_wait(s));
     if (s.pid <= 0) kill_half_made(s);
     else if (!s.own_pid_namespace) signal_all(s, SIGKILL);

@@ -23,6 +23,7 @@
 #include "libforkbox/cgroup/systemd_manager.hpp"
 #include "libforkbox/container/container.hpp"
 #include "libforkbox/container/init.hpp"
+#include "libforkbox/container/net_devices.hpp"
 #include "libforkbox/container/seccomp_agent.hpp"
 #include "libforkbox/mount/rootfs.hpp"
 #include "libforkbox/plan/plan.hpp"
@@ -206,11 +207,14 @@ int activation_fds() {
 
 // Drives init from Go (sent already) to Ready, doing while_init_works (if any) first.
 // Returns init's pid (the clone child, or the grandchild the intermediate process forked).
+// init_known(pid) runs once init's pid is known: at once, or from the intermediate.
 Result<pid_t> drive_init(pid_t child, bool intermediate, int sync_fd, const Plan& plan, const IdMapWriter& id_maps,
                          ContainerState& state, std::optional<ChildGuard>& init_guard, const oci::Seccomp* seccomp,
-                         const std::function<Result<void>()>& while_init_works) {
+                         const std::function<Result<void>()>& while_init_works,
+                         const std::function<Result<void>(pid_t)>& init_known) {
     if (while_init_works) FB_TRY(while_init_works());
     pid_t init_pid = intermediate ? 0 : child;
+    if (init_pid > 0) FB_TRY(init_known(init_pid));
     for (;;) {
         auto msg = sync_recv(sync_fd);
         if (!msg) {
@@ -228,6 +232,7 @@ Result<pid_t> drive_init(pid_t child, bool intermediate, int sync_fd, const Plan
             init_guard.emplace(init_pid);
             state.pid = init_pid;
             trace::mark("create: init pid");
+            FB_TRY(init_known(init_pid));
             break;
         case SyncType::RuntimeHooks: {
             std::string hs = hook_state_json(state, "created");
@@ -403,6 +408,8 @@ private:
     pid_t child_ = -1;
     std::optional<ChildGuard> child_guard_;
     std::optional<ChildGuard> init_guard_;
+    // Last: a failed create moves the devices back before init is killed.
+    std::optional<NetDevicesGuard> net_devices_;
 };
 
 Result<void> ContainerCreation::load_and_plan() {
@@ -703,6 +710,8 @@ Result<void> ContainerCreation::start_systemd_unit() {
 Result<void> ContainerCreation::clone_and_drive_init() {
     FB_ASSIGN(namespaces_, open_namespaces(plan_.joins));
     bool idmapped = std::any_of(plan_.mounts.begin(), plan_.mounts.end(), [](const MountStep& m) { return bool(m.idmap); });
+    if (!plan_.net_devices.empty() && (::geteuid() != 0 || rootless_mode().any()))
+        return fail(EPERM, "linux.netDevices: moving the host's network devices needs root of the initial user namespace");
     if (idmapped && (::geteuid() != 0 || rootless_mode().any()))
         return fail(EPERM, "idmapped mounts need root of the initial user namespace: only it may idmap a host "
                            "filesystem's mount");
@@ -786,9 +795,20 @@ Result<void> ContainerCreation::clone_and_drive_init() {
     std::function<Result<void>()> while_init_works;
     if (device_program_while_init_works_)
         while_init_works = [&] { return apply_device_program(*device_program_, layout_, cgroups_.dirs()); };
+    // linux.netDevices: into init's network namespace as soon as it has one, before any hook.
+    auto move_net_devices = [&](pid_t pid) -> Result<void> {
+        if (plan_.net_devices.empty()) return {};
+        std::string path = "/proc/" + std::to_string(pid) + "/ns/net";
+        unique_fd netns(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!netns) return sys_error("linux.netDevices: open " + path);
+        FB_TRY(move_net_devices_in(plan_.net_devices, netns.get()));
+        net_devices_.emplace(plan_.net_devices, std::move(netns));
+        for (const auto& d : plan_.net_devices) state_.net_devices[d.host_name] = d.container_name;
+        return {};
+    };
     auto init_pid = drive_init(child_, args_.intermediate, parent_end_.get(), plan_, id_maps_, state_, init_guard_,
                                spec().linux && spec().linux->seccomp ? &*spec().linux->seccomp : nullptr,
-                               while_init_works);
+                               while_init_works, move_net_devices);
     if (!init_pid) {
         // Runtime-spec: a failed create-phase hook stops the container and the lifecycle
         // continues with delete, which runs the poststop hooks.
@@ -856,6 +876,7 @@ Result<pid_t> ContainerCreation::finish() {
     parent_end_.reset();
     child_guard_->dismiss();
     if (init_guard_) init_guard_->dismiss();
+    if (net_devices_) net_devices_->dismiss();
     cgroups_.commit();
     v1_cgroups_.commit();
     if (systemd_unit_) systemd_unit_->armed = false;

@@ -59,6 +59,11 @@ std::string serialize_state(const ContainerState& s) {
         w.key("cgroupDriver").value("systemd");
         w.key("systemdUnit").value(s.systemd_unit);
     }
+    if (!s.net_devices.empty()) {
+        w.key("netDevices").begin_object();
+        for (const auto& [host, inside] : s.net_devices) w.key(host).value(inside);
+        w.end_object();
+    }
     w.end_object();
     return w.take();
 }
@@ -111,6 +116,13 @@ Result<ContainerState> parse_state(std::string_view text) {
         FB_TRY(v->for_each_member([&](std::string_view k, const json::Value& val) -> Result<void> {
             FB_ASSIGN(auto str, val.as_string());
             s.annotations.emplace(std::string(k), std::move(str));
+            return {};
+        }));
+    }
+    if (auto v = root.get("netDevices")) {
+        FB_TRY(v->for_each_member([&](std::string_view k, const json::Value& val) -> Result<void> {
+            FB_ASSIGN(auto name, val.as_string());
+            s.net_devices.emplace(std::string(k), std::move(name));
             return {};
         }));
     }

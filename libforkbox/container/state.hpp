@@ -38,6 +38,9 @@ struct ContainerState {
     // The systemd driver's unit ("" with cgroupfs): later verbs (podman's kill, delete and
     // state, conmon's exec) come without --systemd-cgroup and find the driver here.
     std::string systemd_unit;
+    // linux.netDevices moved in by create: host name -> name in the container. delete
+    // moves them back while the container's network namespace lives.
+    std::map<std::string, std::string> net_devices;
 };
 
 std::string serialize_state(const ContainerState& s);

@@ -261,8 +261,8 @@ Result<Plan> make_plan(const oci::Spec& spec, const PlanOptions& options) {
         }
     }
     // Not built: refused rather than silently left out (README, "Not built yet").
-    if (!linux.net_devices.empty())
-        return fail(EOPNOTSUPP, "linux.netDevices: moving network devices into the container is not supported yet");
+    for (const auto& [host, device] : linux.net_devices)
+        plan.net_devices.push_back(NetDeviceMove{host, device.name.empty() ? host : device.name});
     if (linux.intel_rdt) return fail(EOPNOTSUPP, "linux.intelRdt: Intel RDT (resctrl) is not supported");
     plan.uid_mappings = linux.uid_mappings;
     plan.gid_mappings = linux.gid_mappings;

@@ -75,6 +75,11 @@ struct DeviceNode {
     uint32_t uid = 0, gid = 0;
 };
 
+// A host network device and its name in the container (linux.netDevices).
+struct NetDeviceMove {
+    std::string host_name, container_name;
+};
+
 // set_mempolicy(2)'s arguments from linux.memoryPolicy.
 struct MemoryPolicyPlan {
     int mode = 0;                 // MPOL_* | MPOL_F_*
@@ -125,6 +130,8 @@ struct Plan {
     // just before execve; none: inherit the runtime's.
     std::optional<unsigned long> personality;
     std::optional<MemoryPolicyPlan> memory_policy;  // linux.memoryPolicy, set by init
+    // linux.netDevices: host devices `create` moves into the container's network namespace.
+    std::vector<NetDeviceMove> net_devices;
 
     // Process.
     oci::Process process;
