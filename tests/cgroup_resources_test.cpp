@@ -362,3 +362,17 @@ TEST(CgroupPlan, NoCgroupsAtAllFailsForALimit) {
     r.hugepage_limits = {{"2MB", 2097152}};
     EXPECT_EQ(error_of(r, CgroupLayout{}), "linux.resources.hugepageLimits: no hugetlb controller on this host");
 }
+
+TEST(CheckBeforeUpdate, ALimitBelowTheUsageIsRefused) {
+    auto r = check_memory_limit_above_usage(100 << 20, 200 << 20);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().what(), "linux.resources.memory.limit: 104857600 is below the current usage (209715200 bytes) "
+                                "and checkBeforeUpdate is set");
+}
+
+TEST(CheckBeforeUpdate, ALimitAtOrAboveTheUsageOrNoLimitPasses) {
+    EXPECT_TRUE(check_memory_limit_above_usage(200 << 20, 200 << 20));
+    EXPECT_TRUE(check_memory_limit_above_usage(300 << 20, 200 << 20));
+    EXPECT_TRUE(check_memory_limit_above_usage(-1, 200 << 20));
+    EXPECT_TRUE(check_memory_limit_above_usage(0, 200 << 20));
+}

@@ -303,6 +303,12 @@ Result<void> plan_devices(Planner& p, const std::vector<oci::DeviceRule>& rules,
 
 }  // namespace
 
+Result<void> check_memory_limit_above_usage(int64_t limit, uint64_t usage) {
+    if (limit <= 0 || static_cast<uint64_t>(limit) >= usage) return {};
+    return fail(EINVAL, "linux.resources.memory.limit: " + std::to_string(limit) + " is below the current usage (" +
+                            std::to_string(usage) + " bytes) and checkBeforeUpdate is set");
+}
+
 Result<void> load_v2_controllers(CgroupLayout& layout) {
     for (auto& h : layout.hierarchies) {
         if (!h.unified) continue;

@@ -38,6 +38,11 @@ Result<int64_t> memory_swap_to_v2(int64_t swap, int64_t limit);
 // number with a unit k, m, g (also kb, K, KB, ...: powers of 1024), or -1 for unlimited.
 Result<int64_t> parse_memory_size(std::string_view text);
 
+// linux.resources.memory.checkBeforeUpdate on cgroup v2 (whose memory.max, unlike v1's
+// limit, takes a value below the usage and reclaims or OOM-kills to reach it): a new limit
+// below `usage` (memory.current) is refused. -1 / 0: no limit, nothing to check.
+Result<void> check_memory_limit_above_usage(int64_t limit, uint64_t usage);
+
 // Fills the unified hierarchy's `controllers` with the v2 controllers its root offers
 // (cgroup.controllers, comma-separated), which plan_cgroup_writes needs to place v2 writes.
 Result<void> load_v2_controllers(CgroupLayout& layout);

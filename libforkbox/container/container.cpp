@@ -7,6 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
+#include "libforkbox/base/files.hpp"
 #include "libforkbox/base/json.hpp"
 #include "libforkbox/base/log.hpp"
 #include "libforkbox/base/syscalls.hpp"
@@ -362,6 +365,14 @@ Result<void> update_container(const StateStore& store, const std::string& id, co
     }
     FB_ASSIGN(auto writes, plan_cgroup_writes(resources, layout, devices_now));
     FB_ASSIGN(auto device_program, plan_device_program(resources, layout));
+    // checkBeforeUpdate: v2's memory only (a v1 memory cgroup refuses such a limit itself).
+    if (resources.memory && resources.memory->check_before_update.value_or(false) && resources.memory->limit)
+        for (size_t i = 0; i < layout.hierarchies.size(); ++i)
+            if (layout.hierarchies[i].unified) {
+                auto current = read_file(info.state.cgroup_dirs[i] + "/memory.current");
+                if (!current) continue;  // no memory controller in this v2 hierarchy
+                FB_TRY(check_memory_limit_above_usage(*resources.memory->limit, std::strtoull(current->c_str(), nullptr, 10)));
+            }
     if (!info.state.systemd_unit.empty()) FB_TRY(update_systemd_unit(info, layout, resources));
     FB_TRY(apply_cgroup_writes(writes, layout, info.state.cgroup_dirs));
     if (device_program) FB_TRY(apply_device_program(*device_program, layout, info.state.cgroup_dirs));
