@@ -102,3 +102,15 @@ teardown() {
 	run ip -o -4 addr show "$DEV"
 	assert_output --partial "inet 10.231.7.1/24"
 }
+
+@test "netDevices into a joined namespace that is the host's own is refused" {
+	skip_if_runc "runc 1.1 in Debian 12 predates runtime-spec 1.3's netDevices"
+	update_config '.linux.namespaces |= map(if .type == "network" then .path = $p else . end)' --arg p "/proc/$$/ns/net"
+	run_helper true
+	assert_failure
+	assert_stderr_contains "the container's network namespace is the host's"
+	run ip -o -4 addr show "$DEV"
+	assert_output --partial "inet 10.231.7.1/24"
+	run runtime list -q
+	assert_output ""
+}

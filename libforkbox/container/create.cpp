@@ -408,7 +408,8 @@ private:
     pid_t child_ = -1;
     std::optional<ChildGuard> child_guard_;
     std::optional<ChildGuard> init_guard_;
-    // Last: a failed create moves the devices back before init is killed.
+    // Holds the container's network namespace: a failed create moves the devices back
+    // even after init is gone.
     std::optional<NetDevicesGuard> net_devices_;
 };
 

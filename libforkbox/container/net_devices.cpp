@@ -1,6 +1,7 @@
 #include "libforkbox/container/net_devices.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include "libforkbox/base/fd.hpp"
 #include "libforkbox/process/rtnetlink.hpp"
@@ -46,6 +47,11 @@ Result<unique_fd> own_network_namespace() {
 Result<void> move_net_devices_in(const std::vector<NetDeviceMove>& devices, int netns_fd) {
     if (devices.empty()) return {};
     FB_ASSIGN(unique_fd host_fd, own_network_namespace());
+    struct stat host_ns {}, container_ns {};
+    if (::fstat(host_fd.get(), &host_ns) < 0 || ::fstat(netns_fd, &container_ns) < 0)
+        return sys_error("linux.netDevices: stat the network namespaces");
+    if (host_ns.st_ino == container_ns.st_ino && host_ns.st_dev == container_ns.st_dev)
+        return fail(EINVAL, "linux.netDevices: the container's network namespace is the host's");
     FB_ASSIGN(Rtnetlink host, Rtnetlink::open());
     FB_ASSIGN(Rtnetlink inside, Rtnetlink::open(netns_fd));
     std::vector<DeviceState> states;

@@ -392,10 +392,6 @@ Result<Plan> make_plan(const oci::Spec& spec, const PlanOptions& options) {
     return plan;
 }
 
-}  // namespace forkbox
-
-namespace forkbox {
-
 namespace {
 
 // The kernel's numbers for the spec's names (uapi sched.h, ioprio.h, mempolicy.h).
