@@ -292,6 +292,13 @@ host_has_cap() {
 	run_sh 'grep -m1 -o "bind:0" /proc/self/numa_maps'
 	assert_success
 	assert_output "bind:0"
+	# An exec'd process, which is not init's descendant, has it too.
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID-x"
+	run runtime exec "$CID-x" /bin/sh -c 'grep -m1 -o "bind:0" /proc/self/numa_maps'
+	assert_success
+	assert_output "bind:0"
+	runtime delete --force "$CID-x"
 	update_config '.linux.memoryPolicy = {"mode": "MPOL_BIND", "nodes": "0-x"}'
 	run_helper true
 	assert_failure

@@ -81,6 +81,7 @@ struct ExecChild {
     int console_fd = -1;
     int preserve_fds = 0;
     const SeccompProgram* seccomp = nullptr;
+    std::optional<MemoryPolicyPlan> memory_policy;  // the container's, as init has it
     std::string keyring;  // empty: keep the caller's
     int exec_stub_fd = -1;   // make_exec_stub(): the final exec goes through it
     int exec_error_fd = -1;  // the stub writes a failed exec's errno here
@@ -110,6 +111,7 @@ Result<void> run_exec_child(ExecChild& a) {
     if (proc.oom_score_adj) FB_TRY(set_oom_score_adj(*proc.oom_score_adj));
     if (proc.scheduler) FB_TRY(set_scheduler(*proc.scheduler));
     if (proc.io_priority) FB_TRY(set_io_priority(*proc.io_priority));
+    if (a.memory_policy) FB_TRY(set_memory_policy(*a.memory_policy));
     // In the container's cgroups now (execCPUAffinity.initial was ours before the clone).
     if (proc.exec_cpu_affinity && !proc.exec_cpu_affinity->final.empty())
         FB_TRY(set_cpu_affinity(proc.exec_cpu_affinity->final, "process.execCPUAffinity.final"));
@@ -325,6 +327,9 @@ Result<int> exec_into(const StateStore& store, const ExecOptions& opt) {
     child_args.console_fd = console_fd.get();
     child_args.preserve_fds = opt.preserve_fds;
     if (seccomp) child_args.seccomp = &*seccomp;
+    if (spec->linux && spec->linux->memory_policy) {
+        FB_ASSIGN(child_args.memory_policy, memory_policy_plan(*spec->linux->memory_policy));
+    }
     // Like init, never the caller's session keyring.
     child_args.keyring = "_ses." + opt.id;
     FB_ASSIGN(unique_fd exec_stub, make_exec_stub());
