@@ -227,7 +227,7 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/%.cpp,%,$(sort $(wildcard tests/fuzz/*.cpp
 FUZZ_UNUSED_SRCS := libforkbox/features.cpp libforkbox/seccomp/cache.cpp \
 	$(addprefix libforkbox/cgroup/,freezer.cpp oom.cpp stats.cpp stats_json.cpp) \
 	$(addprefix libforkbox/container/,container.cpp create.cpp events.cpp exec.cpp init.cpp run.cpp seccomp_agent.cpp) \
-	$(addprefix libforkbox/process/,exec_guard.cpp foreground.cpp hooks.cpp pidfd.cpp process.cpp sync.cpp terminal.cpp) \
+	$(addprefix libforkbox/process/,exec_guard.cpp foreground.cpp hooks.cpp process.cpp sync.cpp terminal.cpp) \
 	$(addprefix libforkbox/sandbox/,builder.cpp client.cpp server.cpp) libforkbox/zygote/daemon.cpp \
 	oci/default_seccomp.cpp oci/spec_template.cpp
 FUZZ_LIB_SRCS := $(filter-out $(FUZZ_UNUSED_SRCS),$(LIB_SRCS))
