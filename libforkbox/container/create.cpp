@@ -711,9 +711,11 @@ Result<void> ContainerCreation::start_systemd_unit() {
 Result<void> ContainerCreation::clone_and_drive_init() {
     FB_ASSIGN(namespaces_, open_namespaces(plan_.joins));
     bool idmapped = std::any_of(plan_.mounts.begin(), plan_.mounts.end(), [](const MountStep& m) { return bool(m.idmap); });
-    if (!plan_.net_devices.empty() && (::geteuid() != 0 || rootless_mode().any()))
+    // Both act on what the host owns: only root of the initial user namespace may.
+    bool initial_root = ::geteuid() == 0 && !rootless_mode().any();
+    if (!plan_.net_devices.empty() && !initial_root)
         return fail(EPERM, "linux.netDevices: moving the host's network devices needs root of the initial user namespace");
-    if (idmapped && (::geteuid() != 0 || rootless_mode().any()))
+    if (idmapped && !initial_root)
         return fail(EPERM, "idmapped mounts need root of the initial user namespace: only it may idmap a host "
                            "filesystem's mount");
     if (plan_.new_namespaces & CLONE_NEWUSER) {

@@ -92,12 +92,17 @@ Result<void> Rtnetlink::set_up(const std::string& name) const {
     return {};
 }
 
-Result<void> Rtnetlink::request(std::vector<uint8_t>& message, const std::string& what) const {
+Result<void> Rtnetlink::send(std::vector<uint8_t>& message, const std::string& what) const {
     finish(message, ++sequence_);
     sockaddr_nl kernel{};
     kernel.nl_family = AF_NETLINK;
     if (::sendto(netlink_.get(), message.data(), message.size(), 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) < 0)
         return sys_error(what + ": netlink send");
+    return {};
+}
+
+Result<void> Rtnetlink::request(std::vector<uint8_t>& message, const std::string& what) const {
+    FB_TRY(send(message, what));
     alignas(nlmsghdr) char buf[8192];
     for (;;) {
         ssize_t n = ::recv(netlink_.get(), buf, sizeof buf, 0);
@@ -117,11 +122,7 @@ Result<void> Rtnetlink::request(std::vector<uint8_t>& message, const std::string
 Result<std::vector<LinkAddress>> Rtnetlink::permanent_addresses(int index) const {
     ifaddrmsg all{};
     auto m = start_message(RTM_GETADDR, NLM_F_DUMP, all);
-    finish(m, ++sequence_);
-    sockaddr_nl kernel{};
-    kernel.nl_family = AF_NETLINK;
-    if (::sendto(netlink_.get(), m.data(), m.size(), 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) < 0)
-        return sys_error("list addresses: netlink send");
+    FB_TRY(send(m, "list addresses"));
     std::vector<LinkAddress> out;
     alignas(nlmsghdr) char buf[16384];
     for (;;) {

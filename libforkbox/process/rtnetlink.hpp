@@ -37,6 +37,8 @@ public:
     Result<void> set_up(const std::string& name) const;
 
 private:
+    // send: numbers and sends a message; request: that, then waits for the kernel's ack.
+    Result<void> send(std::vector<uint8_t>& message, const std::string& what) const;
     Result<void> request(std::vector<uint8_t>& message, const std::string& what) const;
     unique_fd netlink_, inet_;  // inet: the ioctl socket for flags, same namespace
     mutable uint32_t sequence_ = 0;

@@ -181,13 +181,8 @@ Result<void> Builder::parent_side(pid_t pid, const Plan& plan, std::vector<uniqu
         if (!idmapped_lower_) ::syscall(SYS_mount_setattr, lower.get(), "", AT_EMPTY_PATH, &attr, sizeof attr);
         lower_kind = idmapped_lower_ ? "idmapped" : "plain";
         // Binds too: host root's files are the sandbox root's there.
-        for (size_t i = 0; i < bind_trees.size() && i < plan.mounts.size() && userns && idmapped_lower_; ++i) {
-            if (!bind_trees[i]) continue;
-            mount_attr bind_attr{};
-            bind_attr.attr_set = MOUNT_ATTR_IDMAP;
-            bind_attr.userns_fd = static_cast<uint64_t>(userns.get());
-            ::syscall(SYS_mount_setattr, bind_trees[i].get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &bind_attr, sizeof bind_attr);
-        }
+        for (size_t i = 0; i < bind_trees.size() && i < plan.mounts.size() && userns && idmapped_lower_; ++i)
+            if (bind_trees[i]) (void)idmap_tree(bind_trees[i].get(), userns.get(), true, plan.mounts[i].source);
     }
     if (hold) {
         built.held_lower = std::move(lower);
