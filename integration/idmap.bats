@@ -148,3 +148,43 @@ owners() { # PATH...: "UID GID" of each, from inside
 	run bash -c "grep -lsE '^ +1000 +0 +1\$' /proc/[0-9]*/uid_map"
 	assert_output ""
 }
+
+@test "binds taking the container's maps are idmapped with its own user namespace, after create writes its maps" {
+	skip_if_runc "FORKBOX_TRACE is forkbox's"
+	user_namespace
+	bind_source /m '["bind", "idmap"]'
+	local trace=$BATS_TEST_TMPDIR/trace
+	FORKBOX_TRACE=$trace run_sh "$(owners /m/root-file)"
+	assert_success
+	assert_output "0 0"
+	grep -q 'create: binds idmapped$' "$trace" || fail "no 'create: binds idmapped' in the trace: $(cat "$trace")"
+}
+
+@test "idmap with the container's maps on the intermediate path (a namespace joined by path)" {
+	skip_if_runc "runc 1.1 in Debian 12 has no idmapped mounts"
+	user_namespace
+	# Joining any namespace by path makes init's user namespace in an intermediate process.
+	update_config '.linux.namespaces |= map(select(.type != "uts")) + [{"type": "uts", "path": $p}] | del(.hostname)' \
+		--arg p "/proc/$$/ns/uts"
+	bind_source /m '["bind", "idmap"]'
+	run_sh "$(owners /m/root-file /m/user-file)"
+	assert_success
+	assert_line --index 0 "0 0"
+	assert_line --index 1 "1000 1000"
+}
+
+@test "a filesystem that cannot be idmapped fails create with the reason, and leaves no process or container" {
+	skip_if_runc "runc 1.1 in Debian 12 has no idmapped mounts"
+	user_namespace
+	# sysfs does not allow idmapped mounts: the refusal comes once init's maps are written.
+	update_config '.mounts += [{"destination": "/m", "type": "bind", "source": "/sys/kernel", "options": ["rbind", "idmap"]}]'
+	run_sh true
+	assert_failure
+	assert_stderr_contains "idmap the bind mount /sys/kernel on /m"
+	assert_stderr_contains "does its filesystem support idmapped mounts?"
+	run runtime list -q
+	assert_output ""
+	# Init was in the user namespace with these maps: no process is left in one.
+	run bash -c "grep -lsE '^ +0 +100000 +65536\$' /proc/[0-9]*/uid_map"
+	assert_output ""
+}

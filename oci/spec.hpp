@@ -22,6 +22,7 @@ struct IdMapping {
     uint32_t container_id = 0;
     uint32_t host_id = 0;
     uint32_t size = 0;
+    bool operator==(const IdMapping&) const = default;
 };
 
 struct Mount {

@@ -211,7 +211,8 @@ int activation_fds() {
 Result<pid_t> drive_init(pid_t child, bool intermediate, int sync_fd, const Plan& plan, const IdMapWriter& id_maps,
                          ContainerState& state, std::optional<ChildGuard>& init_guard, const oci::Seccomp* seccomp,
                          const std::function<Result<void>()>& while_init_works,
-                         const std::function<Result<void>(pid_t)>& init_known) {
+                         const std::function<Result<void>(pid_t)>& init_known,
+                         const std::function<Result<void>(pid_t)>& id_maps_written) {
     if (while_init_works) FB_TRY(while_init_works());
     pid_t init_pid = intermediate ? 0 : child;
     if (init_pid > 0) FB_TRY(init_known(init_pid));
@@ -224,6 +225,7 @@ Result<pid_t> drive_init(pid_t child, bool intermediate, int sync_fd, const Plan
         switch (msg->type) {
         case SyncType::UsernsReady:
             FB_TRY(write_id_mappings(child, plan.uid_mappings, plan.gid_mappings, id_maps));
+            FB_TRY(id_maps_written(child));
             FB_TRY(sync_send(sync_fd, SyncType::UsernsDone));
             trace::mark("create: id maps written");
             break;
@@ -259,14 +261,24 @@ Result<pid_t> drive_init(pid_t child, bool intermediate, int sync_fd, const Plan
     }
 }
 
+// Whether an idmapped bind takes the maps of the user namespace the container makes: it can
+// then be idmapped with that very namespace, once create has written its maps.
+bool takes_container_maps(const MountStep::IdMap& idmap, const Plan& plan) {
+    return idmap.userns_path.empty() && (plan.new_namespaces & CLONE_NEWUSER) && idmap.uids == plan.uid_mappings &&
+           idmap.gids == plan.gid_mappings;
+}
+
 // Gives each idmapped bind's cloned source its maps: a user namespace made for each distinct
 // set of maps (a process that lives until they are written), or the one the container joins.
-Result<void> idmap_bind_sources(const Plan& plan, const std::vector<unique_fd>& trees) {
+// With later_with_container_maps, the binds that take the container's own maps are left for
+// idmap_with_container_namespace: no process of their own.
+Result<void> idmap_bind_sources(const Plan& plan, const std::vector<unique_fd>& trees, bool later_with_container_maps) {
     std::vector<std::pair<std::string, unique_fd>> namespaces;
     for (size_t i = 0; i < plan.mounts.size() && i < trees.size(); ++i) {
         const MountStep& m = plan.mounts[i];
         if (!m.idmap || !trees[i]) continue;
         const MountStep::IdMap& idmap = *m.idmap;
+        if (later_with_container_maps && takes_container_maps(idmap, plan)) continue;
         std::string key = idmap.userns_path.empty()
                               ? format_id_mappings(idmap.uids) + "|" + format_id_mappings(idmap.gids)
                               : "path " + idmap.userns_path;
@@ -283,6 +295,24 @@ Result<void> idmap_bind_sources(const Plan& plan, const std::vector<unique_fd>& 
             known = std::prev(namespaces.end());
         }
         FB_TRY(idmap_tree(trees[i].get(), known->second.get(), idmap.recursive, m.source + " on " + m.destination));
+    }
+    return {};
+}
+
+// The binds idmap_bind_sources left: idmapped with the user namespace the container's first
+// process made (its maps just written), before init attaches them (after UsernsDone). The
+// kernel copies the maps into the mount's idmap, so the namespace need not outlive this.
+Result<void> idmap_with_container_namespace(const Plan& plan, const std::vector<unique_fd>& trees, pid_t child) {
+    unique_fd ns;
+    for (size_t i = 0; i < plan.mounts.size() && i < trees.size(); ++i) {
+        const MountStep& m = plan.mounts[i];
+        if (!m.idmap || !trees[i] || !takes_container_maps(*m.idmap, plan)) continue;
+        if (!ns) {
+            std::string path = "/proc/" + std::to_string(child) + "/ns/user";
+            ns.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+            if (!ns) return sys_error("open " + path + " for an idmapped mount");
+        }
+        FB_TRY(idmap_tree(trees[i].get(), ns.get(), m.idmap->recursive, m.source + " on " + m.destination));
     }
     return {};
 }
@@ -728,12 +758,16 @@ Result<void> ContainerCreation::clone_and_drive_init() {
         }
     }
     // An idmapped bind's source is cloned and given its maps here, where we are root of the
-    // initial user namespace, as the kernel requires; init attaches it like any source.
+    // initial user namespace, as the kernel requires; init attaches it like any source. Those
+    // taking the container's maps wait for the user namespace init makes (unless init joins
+    // a template's, mapped already), which saves a process making one of their own.
+    bool idmap_with_init_userns = false;
     if (idmapped) {
         if (bind_sources_.empty()) {
             FB_ASSIGN(bind_sources_, open_bind_sources(plan_, true));
         }
-        FB_TRY(idmap_bind_sources(plan_, bind_sources_));
+        idmap_with_init_userns = (plan_.new_namespaces & CLONE_NEWUSER) && !(warm_.clone_flags() & CLONE_NEWUSER);
+        FB_TRY(idmap_bind_sources(plan_, bind_sources_, idmap_with_init_userns));
     }
     for (const auto& fd : bind_sources_) args_.bind_source_trees.push_back(fd.get());
     // Taken as late as can be: the thread takes ~0.7 ms, which the cgroups' mkdirs overlap.
@@ -788,7 +822,8 @@ Result<void> ContainerCreation::clone_and_drive_init() {
     child_end_.reset();
     console_fd_.reset();
     namespaces_.clear();
-    bind_sources_.clear();
+    // Init's copies are the same mounts: ours are kept only to idmap them once its maps are in.
+    if (!idmap_with_init_userns) bind_sources_.clear();
     // Placement is done: clone3 put the child in the v2 cgroup, and it joins the v1
     // hierarchies itself through these fds (see join_v1_cgroups).
     task_files.clear();
@@ -811,7 +846,13 @@ Result<void> ContainerCreation::clone_and_drive_init() {
     };
     auto init_pid = drive_init(child_, args_.intermediate, parent_end_.get(), plan_, id_maps_, state_, init_guard_,
                                spec().linux && spec().linux->seccomp ? &*spec().linux->seccomp : nullptr,
-                               while_init_works, move_net_devices);
+                               while_init_works, move_net_devices, [&](pid_t child) -> Result<void> {
+                                   if (!idmap_with_init_userns) return {};
+                                   FB_TRY(idmap_with_container_namespace(plan_, bind_sources_, child));
+                                   trace::mark("create: binds idmapped");
+                                   return {};
+                               });
+    bind_sources_.clear();
     if (!init_pid) {
         // Runtime-spec: a failed create-phase hook stops the container and the lifecycle
         // continues with delete, which runs the poststop hooks.
