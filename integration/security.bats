@@ -584,3 +584,55 @@ ok"
 	run_detached "$CID"
 	check_default_devices_only
 }
+
+# CVE-2025-31133 class: masked files are bound over with "/dev/null"; a /dev/null another
+# container swapped for a symlink to a procfs file (sharing /dev, racing) made runc bind that
+# file, writable, over /proc/keys. A createContainer hook (after /dev is made, before the
+# masks) stands in for the racing container, with a harmless target.
+@test "masked paths are never bound over with a /dev/null that is not the null device (CVE-2025-31133)" {
+	skip_if_runc "runc 1.1 in Debian 12 predates the fix"
+	local rootfs=$BUNDLE/rootfs
+	echo witness >"$rootfs/witness"
+	update_config '.hooks.createContainer = [{"path": "/bin/sh", "args": ["sh", "-c", $swap]}]' \
+		--arg swap "rm -f $rootfs/dev/null && ln -s /witness $rootfs/dev/null"
+	set_args /bin/fbhelper read /proc/keys
+	run --separate-stderr runtime run --bundle "$BUNDLE" "$CID"
+	assert_failure
+	assert_stderr_contains "the container's /dev/null is not the null device"
+	run runtime list -q
+	assert_output ""
+}
+
+# CVE-2025-52881 class: a write meant for one procfs file (a sysctl) redirected to another by
+# what is mounted in the container's /proc. Here a tmpfs over /proc/sys/net/ipv4 holds an
+# ip_forward that is a symlink to a file of the container's: the sysctl must reach the real
+# file (a procfs of the runtime's own) and never the link's target.
+@test "linux.sysctl writes are not redirected by mounts or symlinks in the container's /proc (CVE-2025-52881)" {
+	skip_if_runc "runc 1.1 in Debian 12 predates the fix"
+	local rootfs=$BUNDLE/rootfs
+	: >"$rootfs/witness"
+	update_config '.linux.sysctl = {"net.ipv4.ip_forward": "1"}
+		| .hooks.createContainer = [{"path": "/bin/sh", "args": ["sh", "-c", $swap]}]' \
+		--arg swap "mount -t tmpfs tmpfs $rootfs/proc/sys/net/ipv4 && ln -s /witness $rootfs/proc/sys/net/ipv4/ip_forward"
+	set_args /bin/fbhelper read /witness
+	run --separate-stderr runtime run --bundle "$BUNDLE" "$CID"
+	assert_success
+	assert_output ""
+	[ ! -s "$rootfs/witness" ] || fail "the sysctl was written to the symlink's target"
+}
+
+# The same class for process.oomScoreAdj: written through the runtime's /proc, not the
+# container's, where a tmpfs over init's /proc/1 could hold a symlink in its place.
+@test "oomScoreAdj is not redirected by mounts in the container's /proc (CVE-2025-52881)" {
+	skip_if_runc "runc 1.1 in Debian 12 predates the fix"
+	local rootfs=$BUNDLE/rootfs
+	: >"$rootfs/witness"
+	update_config '.process.oomScoreAdj = 500
+		| .hooks.createContainer = [{"path": "/bin/sh", "args": ["sh", "-c", $swap]}]' \
+		--arg swap "mount -t tmpfs tmpfs $rootfs/proc/1 && ln -s /witness $rootfs/proc/1/oom_score_adj"
+	set_args /bin/fbhelper read /witness
+	run --separate-stderr runtime run --bundle "$BUNDLE" "$CID"
+	assert_success
+	assert_output ""
+	[ ! -s "$rootfs/witness" ] || fail "oom_score_adj was written to the symlink's target"
+}

@@ -96,6 +96,8 @@ Result<void> run_exec_child(ExecChild& a) {
     reset_signal_dispositions();
 
     FB_TRY(join_v1_cgroups(a.cgroup_task_fds));
+    // Through the runtime's /proc, before the container's (see init).
+    if (proc.oom_score_adj) FB_TRY(set_oom_score_adj(*proc.oom_score_adj));
     if (a.ns_flags && ::setns(a.pidfd, a.ns_flags) < 0) return sys_error("join the container's namespaces");
     if (a.root_fd >= 0 && (::fchdir(a.root_fd) < 0 || ::chroot(".") < 0)) return sys_error("enter container root");
     // Host fds (the state dir, cgroup files, the pidfd) have done their job: none may be
@@ -108,7 +110,6 @@ Result<void> run_exec_child(ExecChild& a) {
 
     if (proc.terminal) FB_TRY(setup_console(a.console_fd, proc.console_size, proc.user.uid));
     FB_TRY(apply_rlimits(proc.rlimits));
-    if (proc.oom_score_adj) FB_TRY(set_oom_score_adj(*proc.oom_score_adj));
     if (proc.scheduler) FB_TRY(set_scheduler(*proc.scheduler));
     if (proc.io_priority) FB_TRY(set_io_priority(*proc.io_priority));
     if (a.memory_policy) FB_TRY(set_memory_policy(*a.memory_policy));

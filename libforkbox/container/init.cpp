@@ -204,6 +204,10 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     if ((plan.new_namespaces & CLONE_NEWNET) && !(a.warm_namespaces & CLONE_NEWNET)) FB_TRY(bring_up_loopback());
     if (plan.set_hostname) FB_TRY(set_hostname(plan.hostname));
     if (plan.set_domainname) FB_TRY(set_domainname(plan.domainname));
+    // Through the runtime's /proc, before the container's is entered: nothing mounted there
+    // can redirect the write (the CVE-2025-52881 class). Hooks inherit it, as under runc,
+    // which writes it from outside.
+    if (plan.process.oom_score_adj) FB_TRY(set_oom_score_adj(*plan.process.oom_score_adj));
 
     trace::mark("init: namespaces set");
     RootfsContext ctx{plan, *a.cgroup_layout, a.cgroup_dirs, in_userns,
@@ -252,7 +256,6 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
         a.console_fd = -1;
     }
     FB_TRY(apply_rlimits(proc.rlimits));
-    if (proc.oom_score_adj) FB_TRY(set_oom_score_adj(*proc.oom_score_adj));
     // While init still has its capabilities (a real-time policy or a negative nice needs
     // CAP_SYS_NICE); the process keeps them across execve, and its children inherit them.
     if (proc.scheduler) FB_TRY(set_scheduler(*proc.scheduler));

@@ -521,6 +521,22 @@ Result<void> enter_rootfs(const std::string& rootfs, bool no_pivot) {
     return {};
 }
 
+// The container's /dev/null, the source of every masked file: opened once and refused unless
+// it is the null device. CVE-2025-31133: runc bound whatever "/dev/null" named when it masked,
+// so a /dev/null swapped for a symlink to a procfs file (core_pattern) made that file
+// writable at a masked path.
+namespace {
+Result<unique_fd> open_null_device(int root_fd) {
+    FB_ASSIGN(unique_fd null, open_in_root(root_fd, "/dev/null"));
+    struct stat st;
+    if (::fstat(null.get(), &st) < 0) return sys_error("stat /dev/null");
+    if (!S_ISCHR(st.st_mode) || st.st_rdev != makedev(1, 3))
+        return fail(EPERM, "masked paths: the container's /dev/null is not the null device (char 1:3), refusing to "
+                           "bind it over them");
+    return null;
+}
+}  // namespace
+
 Result<void> finalize_rootfs(const RootfsContext& ctx) {
     const Plan& plan = ctx.plan;
     unique_fd root_fd(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -530,6 +546,7 @@ Result<void> finalize_rootfs(const RootfsContext& ctx) {
         ::mount(nullptr, "/", nullptr, plan.rootfs_propagation_after, nullptr) < 0)
         return sys_error("set rootfs propagation");
 
+    unique_fd null;  // opened at the first masked file
     for (const auto& p : plan.masked_paths) {
         auto fd = open_in_root(root_fd.get(), p);
         if (!fd) {
@@ -538,17 +555,14 @@ Result<void> finalize_rootfs(const RootfsContext& ctx) {
         }
         struct stat st;
         if (::fstat(fd->get(), &st) < 0) return sys_error("stat " + p);
-        if (ctx.mount_by_fd) {
-            if (S_ISDIR(st.st_mode)) {
-                FB_TRY(mask_directory_by_fd(fd->get(), "masked path " + p));
-            } else {
-                FB_ASSIGN(unique_fd null, clone_tree(AT_FDCWD, "/dev/null", false, "/dev/null"));
-                FB_TRY(attach_tree(null.get(), fd->get(), "masked path " + p));
-            }
-        } else if (S_ISDIR(st.st_mode)) {
-            FB_TRY(mount_on_fd("tmpfs", fd->get(), "tmpfs", MS_RDONLY, nullptr, "masked path " + p));
+        if (!S_ISDIR(st.st_mode) && !null) {
+            FB_ASSIGN(null, open_null_device(root_fd.get()));
+        }
+        if (S_ISDIR(st.st_mode)) {
+            FB_TRY(mask_directory_by_fd(fd->get(), "masked path " + p));
         } else {
-            FB_TRY(mount_on_fd("/dev/null", fd->get(), nullptr, MS_BIND, nullptr, "masked path " + p));
+            FB_ASSIGN(unique_fd tree, clone_tree(null.get(), "", false, "/dev/null"));
+            FB_TRY(attach_tree(tree.get(), fd->get(), "masked path " + p));
         }
     }
     for (const auto& p : plan.readonly_paths) {
@@ -557,28 +571,14 @@ Result<void> finalize_rootfs(const RootfsContext& ctx) {
             if (fd.error().errnum() == ENOENT) continue;
             return std::unexpected(fd.error());
         }
-        if (ctx.mount_by_fd) {
-            FB_ASSIGN(unique_fd tree, clone_tree(fd->get(), "", true, "read-only path " + p));
-            FB_TRY(set_mount_attrs(tree.get(), MOUNT_ATTR_RDONLY, false, "read-only path " + p));
-            FB_TRY(attach_tree(tree.get(), fd->get(), "read-only path " + p));
-            continue;
-        }
-        FB_TRY(mount_on_fd(fd_path(fd->get()).c_str(), fd->get(), nullptr, MS_BIND | MS_REC, nullptr,
-                           "read-only path " + p));
-        FB_ASSIGN(unique_fd mounted, open_in_root(root_fd.get(), p));
-        FB_TRY(remount_bind(mounted.get(), MS_RDONLY | (locked_flags(mounted.get()) & ~MS_RDONLY), 0, p));
+        FB_ASSIGN(unique_fd tree, clone_tree(fd->get(), "", true, "read-only path " + p));
+        FB_TRY(set_mount_attrs(tree.get(), MOUNT_ATTR_RDONLY, false, "read-only path " + p));
+        FB_TRY(attach_tree(tree.get(), fd->get(), "read-only path " + p));
     }
     for (const auto& m : plan.mounts) {
         if (m.destination == "/dev" && m.kind != MountKind::Bind && (m.flags.set & MS_RDONLY)) {
             FB_ASSIGN(unique_fd dev, open_in_root(root_fd.get(), "/dev"));
-            if (ctx.mount_by_fd) {
-                FB_TRY(set_mount_attrs(dev.get(), mount_attrs_of(m.flags.set), false, "/dev"));
-                continue;
-            }
-            if (::mount(nullptr, fd_path(dev.get()).c_str(), nullptr,
-                        MS_REMOUNT | (m.flags.set & ~(MS_REMOUNT | MS_BIND | MS_REC)),
-                        m.flags.data.empty() ? nullptr : m.flags.data.c_str()) < 0)
-                return sys_error("remount /dev read-only");
+            FB_TRY(set_mount_attrs(dev.get(), mount_attrs_of(m.flags.set), false, "/dev"));
         }
     }
     if (plan.rootfs_readonly) {

@@ -31,7 +31,6 @@ struct RootfsContext {
     // binds are the container's cgroups (every spare renamed), else they are replaced.
     bool v1_cgroups_premounted = false;
     bool replace_premounted_v1 = false;
-    bool mount_by_fd = false;         // after pivot_root there is no /proc/self of ours: new mount API
     // Bind sources opened by `create` before the clone, per plan.mounts index (-1: none): a
     // source the container's root cannot reach (in its user namespace) still mounts.
     const std::vector<int>* bind_source_trees = nullptr;

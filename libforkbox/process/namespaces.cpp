@@ -8,7 +8,11 @@
 #include <spawn.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <linux/magic.h>
+#include <linux/openat2.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -326,11 +330,51 @@ Result<void> set_domainname(const std::string& name) {
     return {};
 }
 
+namespace {
+bool on_procfs(int fd) {
+    struct statfs fs;
+    return ::fstatfs(fd, &fs) == 0 && fs.f_type == PROC_SUPER_MAGIC;
+}
+
+// /proc/sys of a procfs instance of our own (a detached mount: nothing in the container's
+// mount table, a shared volume another container can change included, can redirect a write
+// through it), else the container's, checked to be procfs.
+Result<unique_fd> open_proc_sys() {
+    unique_fd proc;
+    unique_fd fs(::fsopen("proc", FSOPEN_CLOEXEC));
+    if (fs && ::fsconfig(fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) == 0)
+        proc.reset(::fsmount(fs.get(), FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC));
+    unique_fd sys(proc ? ::openat(proc.get(), "sys", O_PATH | O_DIRECTORY | O_CLOEXEC)
+                       : ::open("/proc/sys", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!sys) return sys_error("open /proc/sys");
+    if (!on_procfs(sys.get())) return fail(EPERM, "/proc/sys is not on procfs: refusing to write sysctls there");
+    return sys;
+}
+}  // namespace
+
+// Each file is reached from /proc/sys without a symlink or a mount crossed: the
+// CVE-2025-52881 class, where a write meant for a harmless file (a sysctl, an LSM label) was
+// redirected to another (core_pattern) by what a container had put in its /proc.
 Result<void> apply_sysctls(const std::vector<std::pair<std::string, std::string>>& sysctls) {
+    if (sysctls.empty()) return {};
+    FB_ASSIGN(unique_fd sys, open_proc_sys());
     for (const auto& [key, value] : sysctls) {
-        std::string path = "/proc/sys/";
-        for (char c : key) path += (c == '.') ? '/' : c;
-        FB_TRY_CTX(write_file(path, value), "sysctl " + key);
+        std::string rel;
+        for (char c : key) rel += (c == '.') ? '/' : c;
+        int fd;
+        do {
+            fd = sys::openat2(sys.get(), rel.c_str(), O_WRONLY | O_CLOEXEC, 0,
+                              RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV);
+        } while (fd < 0 && errno == EAGAIN);
+        if (fd < 0) return sys_error("sysctl " + key + ": open /proc/sys/" + rel);
+        unique_fd file(fd);
+        if (!on_procfs(file.get())) return fail(EPERM, "sysctl " + key + ": /proc/sys/" + rel + " is not on procfs");
+        ssize_t n;
+        do {
+            n = ::write(file.get(), value.data(), value.size());
+        } while (n < 0 && errno == EINTR);
+        if (n < 0) return sys_error("sysctl " + key + ": write " + value);
+        if (static_cast<size_t>(n) != value.size()) return fail(EIO, "sysctl " + key + ": short write");
     }
     return {};
 }

@@ -230,7 +230,6 @@ Result<std::vector<unique_fd>> build_rootfs(const RootfsRecipe& recipe, const st
         FB_TRY(enter_rootfs(plan.rootfs, false));
         trace::mark("builder: pivoted");
         FB_TRY(apply_sysctls(plan.sysctl));
-        ctx.mount_by_fd = true;
         return finalize_rootfs(ctx);
     }();
     ::umask(old_umask);
