@@ -105,3 +105,26 @@ run_in_tty() {
 	assert_success
 	assert_output --partial "1000 5 620"
 }
+
+@test "run -t: /dev/console is the container's pty, bound over it as runc does" {
+	set_args /bin/sh -c 'c=$(stat -c %t:%T /dev/console) && t=$(stat -Lc %t:%T "$(tty)") && echo "$c $t" && [ "$c" = "$t" ]'
+	run_in_tty "$FORKBOX --root $ROOT run --bundle $BUNDLE $CID"
+	assert_success
+}
+
+# CVE-2025-52565 class: a /dev/console swapped for a symlink (here by a createContainer hook,
+# standing in for a racing container) must not carry the terminal's bind elsewhere.
+@test "run -t: a /dev/console that is a symlink is refused, its target untouched" {
+	skip_if_runc "runc 1.1 in Debian 12 predates the fix"
+	local rootfs=$BUNDLE/rootfs
+	echo witness >"$rootfs/witness"
+	update_config '.hooks.createContainer = [{"path": "/bin/sh", "args": ["sh", "-c", $swap]}]' \
+		--arg swap "ln -sf /witness $rootfs/dev/console"
+	run_in_tty "$FORKBOX --root $ROOT run --bundle $BUNDLE $CID"
+	assert_failure
+	assert_output --partial "/dev/console is a symlink or a directory"
+	run cat "$rootfs/witness"
+	assert_output witness
+	run runtime list -q
+	assert_output ""
+}

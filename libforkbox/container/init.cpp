@@ -254,6 +254,7 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
         FB_TRY(setup_console(a.console_fd, proc.console_size, proc.user.uid));
         ::close(a.console_fd);
         a.console_fd = -1;
+        if (plan.has_mount_namespace) FB_TRY(mount_dev_console(STDIN_FILENO));
     }
     FB_TRY(apply_rlimits(proc.rlimits));
     // While init still has its capabilities (a real-time policy or a negative nice needs

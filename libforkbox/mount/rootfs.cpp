@@ -590,6 +590,27 @@ Result<void> finalize_rootfs(const RootfsContext& ctx) {
     return {};
 }
 
+Result<void> mount_dev_console(int pty_fd) {
+    unique_fd dev(sys::openat2(AT_FDCWD, "/dev", O_PATH | O_DIRECTORY | O_CLOEXEC, 0,
+                               RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS));
+    if (!dev) return sys_error("open /dev for /dev/console");
+    // O_NOFOLLOW: a symlink there (the image's, or one swapped in) is never followed.
+    unique_fd console(::openat(dev.get(), "console", O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!console && errno == ENOENT) {
+        unique_fd made(::openat(dev.get(), "console", O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0600));
+        if (!made && errno == EROFS) return {};
+        if (!made) return sys_error("create /dev/console");
+        console.reset(::openat(dev.get(), "console", O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    }
+    if (!console) return sys_error("open /dev/console");
+    struct stat st;
+    if (::fstat(console.get(), &st) < 0) return sys_error("stat /dev/console");
+    if (S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode))
+        return fail(EPERM, "/dev/console is a symlink or a directory: refusing to mount the terminal over it");
+    FB_ASSIGN(unique_fd tree, clone_tree(pty_fd, "", false, "the terminal"));
+    return attach_tree(tree.get(), console.get(), "the terminal on /dev/console");
+}
+
 Result<std::vector<unique_fd>> open_bind_sources(const Plan& plan, bool idmapped_only) {
     std::vector<unique_fd> trees(plan.mounts.size());
     for (size_t i = 0; i < plan.mounts.size(); ++i) {

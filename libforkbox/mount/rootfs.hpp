@@ -67,6 +67,12 @@ Result<void> enter_rootfs(const std::string& rootfs, bool no_pivot);
 // After pivot_root: propagation of the new "/", masked paths, read-only paths, ro remounts.
 Result<void> finalize_rootfs(const RootfsContext& ctx);
 
+// With process.terminal, after pivot_root: the container's pty (pty_fd, opened from its
+// master, never by path) bound over /dev/console, made if missing, as runc does and the
+// runtime-spec asks. A /dev/console that is a symlink is refused (CVE-2025-52565 class); a
+// read-only /dev without one is left without.
+Result<void> mount_dev_console(int pty_fd);
+
 // Refuses mounts that would cover /proc (CVE-2019-16884 class): only a procfs on /proc
 // itself and binds onto a few well-known files (lxcfs) are allowed.
 Result<void> check_proc_destination(const MountStep& step);
