@@ -346,3 +346,17 @@ assert_nothing_left() {
 	assert_stderr_contains "linux.netDevices: moving the host's network devices needs root of the initial user namespace"
 	assert_nothing_left
 }
+
+# CVE-2023-25809 class: a rootless container binds the host's /sys (it cannot mount sysfs
+# without a network namespace of its own); a cgroup hierarchy under it left writable let the
+# container write a delegated cgroup of its user's. Every mount under /sys is read-only.
+@test "every mount under a rootless container's /sys is read-only (CVE-2023-25809)" {
+	run_sh 'grep " /sys" /proc/self/mountinfo'
+	assert_success
+	[ -n "$output" ] || fail "no /sys mount seen"
+	local line
+	while read -r line; do
+		# Field 6: the mount's own options.
+		[[ $(awk '{print $6}' <<<"$line") =~ (^|,)ro(,|$) ]] || fail "writable: $line"
+	done <<<"$output"
+}

@@ -99,7 +99,14 @@ teardown() {
 		wait "$pid" 2>/dev/null || true
 	done
 	EXTRA_PIDS=()
-	[[ -n ${TDIR:-} ]] && rm -rf "$TDIR"
+	if [[ -n ${TDIR:-} ]]; then
+		# Mounts a test made under its directory (deepest first).
+		local m
+		for m in $(awk -v d="$TDIR" '$5 == d || index($5, d "/") == 1 {print $5}' /proc/self/mountinfo | sort -r); do
+			umount "$m" 2>/dev/null || true
+		done
+		rm -rf "$TDIR"
+	fi
 	return 0
 }
 

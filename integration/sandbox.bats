@@ -586,3 +586,29 @@ except OSError as e:
 ' "$sock"
 	refute_output --partial "served="
 }
+
+# CVE-2023-25809 class: with --network the sandbox's /sys is the host's, rbound (its own
+# sysfs needs a network namespace of its own), and the host's mounts under it (the cgroup
+# hierarchies, which a rootless daemon's user may own) come along: read-only all the way down.
+@test "sandbox: with --network every mount under /sys is read-only" {
+	run --separate-stderr sb --network -- grep " /sys" /proc/self/mountinfo
+	assert_success
+	local line n=0
+	while read -r line; do
+		n=$((n + 1))
+		[[ $(awk '{print $6}' <<<"$line") =~ (^|,)ro(,|$) ]] || fail "writable: $line"
+	done <<<"$output"
+	((n > 1)) || fail "expected the host's mounts under /sys: $output"
+}
+
+@test "sandbox: a read-only bind is read-only with what is mounted under its source" {
+	mkdir -p "$TDIR/src/sub"
+	mount -t tmpfs -o size=1m,mode=0777 tmpfs "$TDIR/src/sub"
+	run --separate-stderr sb -v "$TDIR/src:/data:ro" -- sh -c 'echo x >/data/sub/f'
+	assert_failure
+	assert_stderr_contains "Read-only file system"
+	[ ! -e "$TDIR/src/sub/f" ]
+	run --separate-stderr sb -v "$TDIR/src:/data:rw" -- sh -c 'echo x >/data/sub/f'
+	assert_success
+	[ -e "$TDIR/src/sub/f" ]
+}

@@ -45,7 +45,10 @@ std::vector<MountTemplate> default_mounts(bool rootless) {
     // that are not mapped, so they go.
     for (auto& m : mounts) {
         if (m.destination == "/sys") {
-            m = {"/sys", "none", "/sys", {"rbind", "nosuid", "noexec", "nodev", "ro"}};
+            // Recursively read-only ("rro" and friends): the rbind brings the host's mounts
+            // under /sys along (its cgroup hierarchies), which "ro" alone leaves writable
+            // (CVE-2023-25809).
+            m = {"/sys", "none", "/sys", {"rbind", "nosuid", "noexec", "nodev", "ro", "rro", "rnosuid", "rnodev", "rnoexec"}};
             continue;
         }
         std::vector<std::string_view> kept;

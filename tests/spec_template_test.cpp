@@ -158,7 +158,7 @@ TEST(SpecTemplate, RootlessBindsSysAndDropsIdOptions) {
     EXPECT_EQ(sys->type, "none");
     EXPECT_EQ(sys->source, "/sys");
     EXPECT_EQ(sys->options,
-              (std::vector<std::string>{"rbind", "nosuid", "noexec", "nodev", "ro"}));
+              (std::vector<std::string>{"rbind", "nosuid", "noexec", "nodev", "ro", "rro", "rnosuid", "rnodev", "rnoexec"}));
     const auto& pts = find_mount(s, "/dev/pts")->options;
     EXPECT_EQ(std::find(pts.begin(), pts.end(), "gid=5"), pts.end());
 }

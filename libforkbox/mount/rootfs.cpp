@@ -170,6 +170,12 @@ Result<void> bind_host_fallback(int root_fd, const std::string& host, const Moun
     if (b.bind_needs_remount) {
         FB_ASSIGN(unique_fd mounted, open_in_root(root_fd, m.destination));
         FB_TRY(remount_bind(mounted.get(), b.flags.set & ~(MS_BIND | MS_REC), 0, m.destination));
+        // And every mount under it: the fresh instance would have none, so nothing the host
+        // mounted there (its cgroup hierarchies under /sys/fs/cgroup, tracefs) may stay more
+        // open than asked. CVE-2023-25809: a rootless container's writable cgroup mounts,
+        // reachable once the container unmounted what covered them.
+        if (uint64_t attrs = mount_attrs_of(b.flags.set))
+            FB_TRY(set_mount_attrs(mounted.get(), attrs, true, host + " on " + m.destination));
     }
     return {};
 }

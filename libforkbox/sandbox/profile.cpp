@@ -45,7 +45,8 @@ oci::Spec sandbox_spec(const SandboxKind& kind, const ProfileOptions& o) {
         mount("/dev/shm", "tmpfs", "shm", {"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}),
         mount("/dev/mqueue", "mqueue", "mqueue", {"nosuid", "noexec", "nodev"}),
         // sysfs needs a network namespace the sandbox's user namespace owns.
-        kind.network ? mount("/sys", "none", "/sys", {"rbind", "nosuid", "noexec", "nodev", "ro"})
+        // Recursively read-only: the host's mounts under /sys (its cgroup hierarchies) too.
+        kind.network ? mount("/sys", "none", "/sys", {"rbind", "nosuid", "noexec", "nodev", "ro", "rro", "rnosuid", "rnodev", "rnoexec"})
                      : mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
         // The host's secrets: sockets and state under /run, root's and users' homes. /tmp,
         // /run and /root are the sandbox's own empty directories in its writable state
@@ -54,8 +55,10 @@ oci::Spec sandbox_spec(const SandboxKind& kind, const ProfileOptions& o) {
     };
     for (const auto& h : o.hidden) spec.mounts.push_back(mount(h, "tmpfs", "tmpfs", {"nosuid", "nodev", "ro", "mode=755", "size=4k"}));
     for (const auto& b : kind.mounts)
+        // What is mounted under the source comes along (rbind), as restricted as its top.
         spec.mounts.push_back(mount(b.destination, "bind", b.source,
-                                    {"rbind", "nosuid", "nodev", b.writable ? "rw" : "ro"}));
+                                    {"rbind", "nosuid", "nodev", "rnosuid", "rnodev", b.writable ? "rw" : "ro",
+                                     b.writable ? "rw" : "rro"}));
 
     oci::Process p;
     p.args = {"/bin/true"};  // the request's argv replaces it
