@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include "libforkbox/base/fd.hpp"
 #include "libforkbox/base/files.hpp"
@@ -162,21 +163,39 @@ Result<void> write_id_mappings(pid_t pid, const std::vector<oci::IdMapping>& uid
     return {};
 }
 
+namespace {
+struct NamespaceOwnerArgs {
+    int hold_read, hold_write;
+};
+
+// The owner of a user namespace made for its maps: it waits until the parent closes its end
+// of the pipe (or dies), then goes. It shares the parent's memory (CLONE_VM) on a stack of
+// its own, so only raw system calls: no errno, nothing of the parent's it could race with.
+__attribute__((no_stack_protector)) int own_namespace(void* p) {
+    const auto& a = *static_cast<const NamespaceOwnerArgs*>(p);
+    sys::raw_syscall(SYS_close, a.hold_write);
+    char c;
+    long n;
+    do n = sys::raw_syscall(SYS_read, a.hold_read, reinterpret_cast<long>(&c), 1);
+    while (n == -EINTR);
+    sys::raw_syscall(SYS_exit, 0);
+    return 0;
+}
+}  // namespace
+
 Result<unique_fd> new_user_namespace(const std::vector<oci::IdMapping>& uids, const std::vector<oci::IdMapping>& gids) {
     int hold[2];
     if (::pipe2(hold, O_CLOEXEC) < 0) return sys_error("pipe");
     unique_fd hold_read(hold[0]), hold_write(hold[1]);
-    pid_t pid = sys::clone3_fork(CLONE_NEWUSER);
+    // CLONE_VM: a fork would copy our page tables and tear them down again for a process
+    // that only waits (~1 ms here). The stack outlives the owner: the guard below reaps it
+    // first, on every path.
+    constexpr size_t kStack = 16384;
+    std::unique_ptr<char[]> stack(new char[kStack]);
+    NamespaceOwnerArgs args{hold[0], hold[1]};
+    auto* top = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(stack.get() + kStack) & ~uintptr_t{15});
+    pid_t pid = ::clone(own_namespace, top, CLONE_VM | CLONE_NEWUSER | SIGCHLD, &args);
     if (pid < 0) return sys_error("clone a process into a new user namespace");
-    if (pid == 0) {
-        // The namespace's owner: waits for the parent to close its end (or die), then goes.
-        // Only syscalls here: the parent may have other threads.
-        ::close(hold[1]);
-        char c;
-        while (::read(hold[0], &c, 1) < 0 && errno == EINTR) {
-        }
-        ::_exit(0);
-    }
     ChildGuard owner(pid);
     hold_read.reset();
     FB_TRY(write_id_mappings(pid, uids, gids));
