@@ -309,3 +309,29 @@ done"
 		assert_stderr_contains "forkbox run $CID/"
 	fi
 }
+
+@test "run BUNDLE/: its guardian ignores the job's signals and blocks none (its cleanup inherits its mask)" {
+	skip_if_runc "runc takes an id, not a bundle path"
+	set_args /bin/fbhelper sleep 100
+	setsid "$FORKBOX" --root "$ROOT" run "$BUNDLE/" </dev/null >/dev/null 2>&1 3>&- 4>&- &
+	RUN_PID=$!
+	FB_PIDS+=("$RUN_PID")
+	wait_for_running >/dev/null
+	# The guardian: the run's child still running forkbox (init runs the container's program).
+	local pid guardian= exe
+	exe=$(readlink "/proc/$RUN_PID/exe")
+	for pid in $(pgrep -P "$RUN_PID"); do
+		[[ $(readlink "/proc/$pid/exe") == "$exe" ]] && guardian=$pid
+	done
+	[[ -n $guardian ]] || fail "no guardian among the run's children: $(pgrep -P "$RUN_PID" | tr '\n' ' ')"
+	run awk '/^SigBlk:/ {print $2}' "/proc/$guardian/status"
+	assert_output 0000000000000000
+	# HUP, INT, PIPE and TERM (bits 0, 1, 12, 14) ignored.
+	local ign
+	ign=$(awk '/^SigIgn:/ {print $2}' "/proc/$guardian/status")
+	(((16#$ign & 0x5003) == 0x5003)) || fail "SigIgn $ign"
+	kill -TERM "$RUN_PID"
+	wait "$RUN_PID" || true
+	wait_for_nothing_left
+	assert_nothing_left
+}

@@ -69,7 +69,15 @@ public:
         args_.pipe = read_end.get();
         args_.null = null.get();
         args_.log = log::file_fd();
+        // Born with every signal blocked, until it has ignored those it must survive: a
+        // Ctrl-C in its first microseconds would otherwise end it, and the cleanup with it.
+        sigset_t all, old;
+        sigfillset(&all);
+        ::pthread_sigmask(SIG_SETMASK, &all, &old);
         pid_t pid = ::clone(guard, stack_ + sizeof stack_, CLONE_VM | SIGCHLD, &args_);
+        int clone_errno = errno;
+        ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+        errno = clone_errno;
         if (pid < 0) return sys_error("start the run's guardian");
         started_ = true;
         RunGuardian g;
@@ -131,6 +139,10 @@ private:
             unsigned long handler, flags, restorer, mask;
         } ignore{reinterpret_cast<unsigned long>(SIG_IGN), 0, 0, 0};
         for (long sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) raw_syscall(SYS_rt_sigaction, sig, reinterpret_cast<long>(&ignore), 0, 8);
+        // Now the mask start() gave it goes (the cleanup command must not inherit it): what
+        // came meanwhile of those four is dropped, the rest acts as it would have.
+        unsigned long none = 0;
+        raw_syscall(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&none), 0, 8);
         char word = 0;
         long n;
         do n = raw_syscall(SYS_read, a.pipe, reinterpret_cast<long>(&word), 1);
