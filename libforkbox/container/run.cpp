@@ -18,6 +18,7 @@
 #include "libforkbox/base/trace.hpp"
 #include "libforkbox/container/container.hpp"
 #include "libforkbox/process/foreground.hpp"
+#include "libforkbox/process/signals.hpp"
 #include "libforkbox/process/terminal.hpp"
 
 namespace forkbox {
@@ -71,13 +72,7 @@ public:
         args_.log = log::file_fd();
         // Born with every signal blocked, until it has ignored those it must survive: a
         // Ctrl-C in its first microseconds would otherwise end it, and the cleanup with it.
-        sigset_t all, old;
-        sigfillset(&all);
-        ::pthread_sigmask(SIG_SETMASK, &all, &old);
-        pid_t pid = ::clone(guard, stack_ + sizeof stack_, CLONE_VM | SIGCHLD, &args_);
-        int clone_errno = errno;
-        ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-        errno = clone_errno;
+        pid_t pid = clone_vm_signals_blocked(guard, stack_ + sizeof stack_, SIGCHLD, &args_);
         if (pid < 0) return sys_error("start the run's guardian");
         started_ = true;
         RunGuardian g;

@@ -25,6 +25,7 @@
 #include "libforkbox/base/files.hpp"
 #include "libforkbox/base/syscalls.hpp"
 #include "libforkbox/process/pidfd.hpp"
+#include "libforkbox/process/signals.hpp"
 #include "oci/linux_names.hpp"
 
 namespace forkbox {
@@ -194,15 +195,7 @@ Result<unique_fd> new_user_namespace(const std::vector<oci::IdMapping>& uids, co
     std::unique_ptr<char[]> stack(new char[kStack]);
     NamespaceOwnerArgs args{hold[0], hold[1]};
     auto* top = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(stack.get() + kStack) & ~uintptr_t{15});
-    // Every signal blocked in the owner (it inherits the mask): a handler of ours running
-    // there would run on our memory.
-    sigset_t all, old;
-    sigfillset(&all);
-    ::pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid_t pid = ::clone(own_namespace, top, CLONE_VM | CLONE_NEWUSER | SIGCHLD, &args);
-    int clone_errno = errno;
-    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    errno = clone_errno;
+    pid_t pid = clone_vm_signals_blocked(own_namespace, top, CLONE_NEWUSER | SIGCHLD, &args);
     if (pid < 0) return sys_error("clone a process into a new user namespace");
     ChildGuard owner(pid);
     hold_read.reset();

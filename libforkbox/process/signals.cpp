@@ -2,6 +2,9 @@
 
 #include <sys/signalfd.h>
 
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -63,6 +66,17 @@ Result<unique_fd> daemon_signalfd() {
     unique_fd fd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
     if (!fd) return sys_error("signalfd");
     return fd;
+}
+
+pid_t clone_vm_signals_blocked(int (*fn)(void*), void* stack_top, int flags, void* arg) {
+    sigset_t all, old;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = ::clone(fn, stack_top, CLONE_VM | flags, arg);
+    int clone_errno = errno;
+    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    errno = clone_errno;
+    return pid;
 }
 
 }  // namespace forkbox

@@ -1,6 +1,8 @@
 // Signal state a new container process (init, exec, hook) starts from.
 #pragma once
 
+#include <sys/types.h>
+
 #include "libforkbox/base/error.hpp"
 #include "libforkbox/base/fd.hpp"
 
@@ -24,5 +26,10 @@ void block_termination_signals(bool block);
 // A daemon's event loop (the zygote daemon, the sandbox service): SIGTERM, SIGINT, SIGHUP,
 // SIGCHLD and SIGPIPE blocked and read from the returned signalfd (non-blocking).
 Result<unique_fd> daemon_signalfd();
+
+// clone(2) of a child that shares our memory (CLONE_VM | flags, on the stack whose top is
+// given), born with every signal blocked: a handler of ours run there would run on our
+// memory. Our own mask is back at once; the child sets its own. -1 and errno on failure.
+pid_t clone_vm_signals_blocked(int (*fn)(void*), void* stack_top, int flags, void* arg);
 
 }  // namespace forkbox
