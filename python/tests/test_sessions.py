@@ -17,6 +17,7 @@ import pytest
 
 from fbtest_helpers import (
     CLIENT_TIMEOUT_S,
+    children_of,
     idle_snapshot,
     leak_differences,
     mount_points,
@@ -841,9 +842,16 @@ def freezer_state(pid):
 def test_pause_stops_every_process_and_resume_continues(sb):
     mark = unique()
     sb.run(f"sh -c 'while :; do echo x >> /tmp/ticks; sleep 0.05; done' {mark} >/dev/null 2>&1 &")
-    # The loop's shell alone: a child it forked for `sleep` carries its command line until exec.
-    assert wait_for(lambda: len(procs_with(mark)) == 1)
-    (pid,) = procs_with(mark)
+    # The loop's shell is the one whose parent is not marked: a child it forks for `sleep`
+    # carries the same command line until it execs.
+    def loop_shell():
+        marked = procs_with(mark)
+        shells = [p for p in marked if not any(p in children_of(q) for q in marked)]
+        return shells[0] if len(shells) == 1 else None
+
+    assert wait_for(lambda: loop_shell() is not None)
+    pid = loop_shell()
+    assert pid is not None
     by_cgroup = sb.client.info()["freezer"] == "cgroup"
     # The shell shows in /proc before its first echo has made the file.
     assert wait_for(lambda: sb.run("test -s /tmp/ticks").exit_code == 0)
