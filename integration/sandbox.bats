@@ -501,6 +501,26 @@ sys.stdout.write(repr(s.recv(70000)))
 	assert_line "SigBlk:	0000000000000000"
 }
 
+@test "sandbox: a daemon started from a terminal does not lend it to its sandboxes (TIOCSTI, CVE-2017-5226)" {
+	command -v script >/dev/null || skip "script (bsdutils) is not installed"
+	local sock=$TDIR/tty.sock
+	# script(1) runs the daemon with a pty as its controlling terminal, as a user's shell does.
+	script -qfec "exec $SB_FB daemon --socket $sock 2>$sock.err" /dev/null </dev/null >/dev/null 2>&1 3>&- 4>&- &
+	EXTRA_PIDS+=("$!")
+	wait_for_socket "$sock" root
+	local daemon
+	daemon=$(pgrep -P "${EXTRA_PIDS[0]}")
+	[[ $daemon =~ ^[0-9]+$ ]] || fail "no daemon under script: '$daemon'"
+	EXTRA_PIDS=("$daemon" "${EXTRA_PIDS[@]}") # stopped first
+	local tty_nr
+	tty_nr=$(sed 's/.*) //' "/proc/$daemon/stat" | cut -d' ' -f5)
+	[[ $tty_nr != 0 ]] || fail "the daemon has no controlling terminal"
+	# /proc/self/stat's tty_nr (field 7), then the terminal by /dev/tty.
+	run --separate-stderr sb_on "$sock" -- sh -c 'sed "s/.*) //" /proc/self/stat | cut -d" " -f5; (echo typed >/dev/tty) 2>/dev/null && echo reached-the-terminal; true'
+	assert_success
+	assert_output "0"
+}
+
 @test "sandbox: a daemon's --max-timeout-ms is the deadline of a run that sets none" {
 	local sock=$TDIR/max.sock marker=$((98763000 + $$ % 1000))
 	start_daemon_as_root "$sock" --max-timeout-ms 300

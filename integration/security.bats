@@ -149,6 +149,30 @@ load helpers
 	done
 }
 
+# TIOCSTI class (bubblewrap's CVE-2017-5226, firejail's CVE-2016-7545): a process that shares
+# its caller's session can type into the caller's terminal, whose shell then runs it. Every
+# container process gets a session of its own (runc's setsid), so the terminal on its stdin
+# is not its controlling one and TIOCSTI needs CAP_SYS_ADMIN, which the template lacks.
+@test "a container (run and exec) with the caller's terminal on stdin cannot type into it (TIOCSTI)" {
+	command -v script >/dev/null || skip "script (bsdutils) is not installed"
+	# The control: the helper in the terminal's own session types into it.
+	run script -qec "$FBHELPER syscall tiocsti" /dev/null </dev/null
+	assert_success
+	[[ $output == *"tiocsti errno=0"* ]] || fail "the control could not type into its terminal: $output"
+
+	setup_bundle /bin/fbhelper syscall tiocsti
+	run script -qec "$FORKBOX --root $ROOT run --bundle $BUNDLE $CID" /dev/null </dev/null
+	assert_success
+	[[ $output == *"tiocsti errno=1"* ]] || fail "run: $output"
+
+	setup_bundle /bin/fbhelper sleep 100
+	run_detached "$CID"
+	wait_for_status "$CID" running
+	run script -qec "$FORKBOX --root $ROOT exec $CID /bin/fbhelper syscall tiocsti" /dev/null </dev/null
+	assert_success
+	[[ $output == *"tiocsti errno=1"* ]] || fail "exec: $output"
+}
+
 # ---- the default seccomp profile `spec` writes (issue #3) ----
 # Most calls below also need a capability the template does not grant, so they would fail
 # with EPERM anyway; unshare(CLONE_NEWUSER), keyctl and PTRACE_TRACEME need none, and init_module

@@ -522,6 +522,7 @@ static int do_kill_self(const char *arg)
  * bad argument after the permission checks, or only changes this process (a new user
  * namespace, being traced by its parent). A seccomp filter that refuses it answers first. */
 #include <linux/sched.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -582,6 +583,10 @@ static long raw_syscall(const char *name, int *known)
 		return clone_and_reap(0);
 	if (!strcmp(name, "clone-newuser"))
 		return clone_and_reap(CLONE_NEWUSER);
+	if (!strcmp(name, "tiocsti")) { /* types "#" into the terminal on stdin (a comment) */
+		char c = '#';
+		return ioctl(STDIN_FILENO, TIOCSTI, &c);
+	}
 #ifdef SYS_clone3
 	if (!strcmp(name, "clone3")) /* a NULL clone_args: EFAULT or EINVAL when allowed */
 		return syscall(SYS_clone3, NULL, 0UL);

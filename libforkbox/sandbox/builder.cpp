@@ -318,6 +318,10 @@ Result<unique_fd> start_builder(const BuilderConfig& config) {
     if (pid < 0) return sys_error("fork the sandbox builder");
     if (pid == 0) {
         ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        // A session of its own, which every sandbox inherits: none may reach the terminal the
+        // daemon was started from (/dev/tty, then TIOCSTI types into the user's shell:
+        // bubblewrap's CVE-2017-5226).
+        if (::setsid() < 0) ::_exit(127);
         close_other_fds({theirs.get()});
         // Once for every sandbox, which inherits them: what the daemon's caller ignored
         // (nohup's SIGHUP, a runner's SIGPIPE) must not reach a command, and 64 sigactions
