@@ -521,6 +521,27 @@ sys.stdout.write(repr(s.recv(70000)))
 	assert_output "0"
 }
 
+@test "sandbox: --tmpfs-mb caps the writable layer's bytes and its files, and /dev/shm's files" {
+	local sock=$TDIR/small.sock
+	start_daemon_as_root "$sock" --tmpfs-mb 4
+	# Bytes: 5 MiB do not fit in 4.
+	run --separate-stderr sb_on "$sock" -- sh -c 'head -c 5242880 /dev/zero > /tmp/big && echo fits; ls -l /tmp/big | cut -d" " -f5'
+	assert_success
+	refute_line fits
+	[[ ${lines[-1]} -le 4194304 ]] || fail "wrote ${lines[-1]} bytes"
+	assert_stderr_contains "No space left on device"
+	# Files: an empty file costs kernel memory, not blocks; one inode per 4 KiB of the cap.
+	# (`true >`: a failed redirection on `:` would end dash.)
+	run --separate-stderr sb_on "$sock" -- sh -c 'df -i / | tail -1; i=0; while [ $i -lt 2000 ]; do true > /tmp/f$i 2>/dev/null || break; i=$((i+1)); done; echo made $i'
+	assert_success
+	[[ ${lines[0]} == *" 1024 "* ]] || fail "inodes: ${lines[0]}"
+	[[ ${lines[1]} =~ ^made\ ([0-9]+)$ && ${BASH_REMATCH[1]} -gt 900 && ${BASH_REMATCH[1]} -lt 1024 ]] || fail "${lines[1]}"
+	run --separate-stderr sb_on "$sock" -- sh -c 'df -i /dev/shm /dev | tail -2'
+	assert_success
+	assert_line --index 0 --regexp '^shm +16384 '
+	assert_line --index 1 --regexp '^tmpfs +16384 '
+}
+
 @test "sandbox: a daemon's --max-timeout-ms is the deadline of a run that sets none" {
 	local sock=$TDIR/max.sock marker=$((98763000 + $$ % 1000))
 	start_daemon_as_root "$sock" --max-timeout-ms 300

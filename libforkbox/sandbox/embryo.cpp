@@ -222,7 +222,10 @@ int64_t stage_used() {
 Result<void> build_root(const EmbryoSetup& s, int lower_tree, int fork_source) {
     const std::string& st = s.stage;
     FB_TRY(check(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make / private"));
-    std::string size = "size=" + std::to_string(s.upper_size_mb) + "m,mode=755";
+    // Inodes capped as well: an empty file takes no block but ~1 KiB of kernel memory, which
+    // only a cgroup (a root daemon's) would otherwise bound. One per 4 KiB of the size cap.
+    std::string size = "size=" + std::to_string(s.upper_size_mb) + "m,nr_inodes=" +
+                       std::to_string(tmpfs_inode_cap(s.upper_size_mb << 10)) + ",mode=755";
     FB_TRY(check(::mount("sandbox", st.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, size.c_str()) == 0, "mount the stage tmpfs"));
     for (const char* d : {"/upper", "/work", "/lower", "/root"})
         FB_TRY(check(::mkdir((st + d).c_str(), 0755) == 0, "mkdir " + st + d));

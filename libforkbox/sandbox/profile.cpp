@@ -38,11 +38,12 @@ oci::Spec sandbox_spec(const SandboxKind& kind, const ProfileOptions& o) {
     spec.root = oci::Root{o.root, false};
     spec.hostname = "sandbox";
 
+    const std::string small_tmpfs_inodes = "nr_inodes=" + std::to_string(tmpfs_inode_cap(65536));
     spec.mounts = {
         mount("/proc", "proc", "proc", {"nosuid", "noexec", "nodev"}),
-        mount("/dev", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", "size=65536k"}),
+        mount("/dev", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", "size=65536k", small_tmpfs_inodes}),
         mount("/dev/pts", "devpts", "devpts", {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}),
-        mount("/dev/shm", "tmpfs", "shm", {"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}),
+        mount("/dev/shm", "tmpfs", "shm", {"nosuid", "noexec", "nodev", "mode=1777", "size=65536k", small_tmpfs_inodes}),
         mount("/dev/mqueue", "mqueue", "mqueue", {"nosuid", "noexec", "nodev"}),
         // sysfs needs a network namespace the sandbox's user namespace owns.
         // Recursively read-only: the host's mounts under /sys (its cgroup hierarchies) too.

@@ -4,6 +4,8 @@
 // host's root with its upper layer on a tmpfs). Pure.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,11 @@ struct ProfileOptions {
     std::vector<std::string> hidden;
     bool host_is_mapped_root = false;  // a root daemon: the sandbox maps 65536 ids
 };
+
+// The most inodes a sandbox's tmpfs of `size_kib` may hold: one per 4 KiB, as many one-page
+// files as its size allows. tmpfs's default is half the host's RAM in pages, and an empty
+// file costs no block but ~1 KiB of kernel memory, which only a root daemon's cgroup bounds.
+constexpr uint64_t tmpfs_inode_cap(uint64_t size_kib) { return std::max<uint64_t>(size_kib / 4, 1024); }
 
 // Docker's default capability set, given inside the sandbox's user namespace.
 const std::vector<std::string>& docker_default_capabilities();
