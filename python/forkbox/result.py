@@ -48,6 +48,9 @@ class RunResult:
             the overlay's upper layer, /tmp, /root, /run), negative when it freed more than
             it wrote; ``None`` from a daemon that does not say.
         limits: how each limit was enforced: ``{"memory": "cgroup"|"rlimit"|"none", ...}``.
+            ``"cgroup"`` bounds the sandbox as a whole; ``"rlimit"`` (a user's daemon) each
+            process: memory is every process's address space (``RLIMIT_AS``), pids the
+            sandbox's process count (``RLIMIT_NPROC`` in its own user namespace).
         exec_error: why the command could not be started (missing program, bad ``cwd``),
             or ``None``.
         raw: the daemon's result object as received (for fields newer than this SDK).
