@@ -628,6 +628,67 @@ except OSError as e:
 	refute_output --partial "served="
 }
 
+# With --network a sandbox shares the host's network namespace, where abstract Unix sockets
+# live: X11's @/tmp/.X11-unix/X0, D-Bus and containerd listeners. A Landlock scope (kernel
+# 6.12) confines its connects and signals to its own domain.
+ABSTRACT_PROBE_PY='
+import os, socket, sys
+c = socket.socket(socket.AF_UNIX)
+try:
+    c.connect(b"\0" + sys.argv[1].encode())
+    print("host: connected")
+except OSError as e:
+    print("host:", e.strerror)
+s = socket.socket(socket.AF_UNIX)
+s.bind(b"\0own-" + sys.argv[1].encode())
+s.listen()
+if os.fork() == 0:
+    d = socket.socket(socket.AF_UNIX)
+    d.connect(b"\0own-" + sys.argv[1].encode())
+    d.send(b"ok")
+    os._exit(0)
+print("own:", s.accept()[0].recv(2).decode())
+'
+
+# abstract_listener NAME: a host process listening on @NAME until the test ends.
+abstract_listener() {
+	/usr/bin/python3 -c '
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.bind(b"\0" + sys.argv[1].encode())
+s.listen()
+print("listening", flush=True)
+time.sleep(120)' "$1" >"$TDIR/listener.out" 2>&1 3>&- 4>&- &
+	EXTRA_PIDS+=("$!")
+	local i
+	for ((i = 0; i < 50; i++)); do
+		[[ -s $TDIR/listener.out ]] && return 0
+		sleep 0.1
+	done
+	fail "the listener did not start: $(cat "$TDIR/listener.out")"
+}
+
+@test "sandbox: with --network the host's abstract Unix sockets are out of reach, its own work" {
+	[[ $(jq -r .ipc_scope "$SB_BASE/root/info.json") == landlock ]] || skip "the kernel has no Landlock scopes (6.12+)"
+	local name=fb-abstract-$$-$BATS_TEST_NUMBER
+	abstract_listener "$name"
+	run --separate-stderr sb --network -- /usr/bin/python3 -c "$ABSTRACT_PROBE_PY" "$name"
+	assert_success
+	assert_output "host: Operation not permitted
+own: ok"
+	# Without --network the namespace is the sandbox's own: nothing of the host's is there.
+	run --separate-stderr sb -- /usr/bin/python3 -c "$ABSTRACT_PROBE_PY" "$name"
+	assert_success
+	assert_output "host: Connection refused
+own: ok"
+	# A user's daemon too.
+	start_user_daemon
+	run --separate-stderr usb --network -- /usr/bin/python3 -c "$ABSTRACT_PROBE_PY" "$name"
+	assert_success
+	assert_output "host: Operation not permitted
+own: ok"
+}
+
 # CVE-2023-25809 class: with --network the sandbox's /sys is the host's, rbound (its own
 # sysfs needs a network namespace of its own), and the host's mounts under it (the cgroup
 # hierarchies, which a rootless daemon's user may own) come along: read-only all the way down.

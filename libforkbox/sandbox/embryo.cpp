@@ -31,6 +31,7 @@
 #include "libforkbox/base/unix_socket.hpp"
 #include "libforkbox/mount/rootfs.hpp"
 #include "libforkbox/process/caps.hpp"
+#include "libforkbox/process/landlock.hpp"
 #include "libforkbox/process/namespaces.hpp"
 #include "libforkbox/sandbox/tree.hpp"
 
@@ -309,6 +310,9 @@ Result<void> build(const EmbryoSetup& s, int lower_tree, int fork_source) {
     FB_TRY(drop_bounding_set(caps.bounding));
     FB_TRY(apply_capabilities(caps));
     FB_TRY(check(::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "no_new_privs"));
+    // Abstract Unix sockets and signals only within the sandbox: with the host's network
+    // namespace (--network), every abstract socket on the host would be in reach.
+    FB_TRY(scope_to_own_domain());
     // Made, as SCHED_BATCH (embryo_main): what runs in the sandbox from now on is ordinary.
     FB_TRY(set_batch_scheduling(false));
     FB_TRY(load_seccomp(*s.seccomp));

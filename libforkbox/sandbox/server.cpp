@@ -36,6 +36,7 @@
 #include "libforkbox/cgroup/resources.hpp"
 #include "libforkbox/cgroup/stats.hpp"
 #include "libforkbox/mount/rootfs.hpp"
+#include "libforkbox/process/landlock.hpp"
 #include "libforkbox/process/pidfd.hpp"
 #include "libforkbox/process/rootless.hpp"
 #include "libforkbox/process/signals.hpp"
@@ -434,6 +435,8 @@ std::string Server::info_json() {
     w.key("idmapped_lower").value(mapped_range_ && idmapped_lower_);
     // How a session is paused (and held still for a fork): its cgroup's freezer, or SIGSTOP.
     w.key("freezer").value(has_freezer() ? "cgroup" : "signal");
+    // Abstract Unix sockets and signals confined to the sandbox (Landlock, kernel 6.12).
+    w.key("ipc_scope").value(landlock_scopes_supported() ? "landlock" : "none");
     w.key("limits").begin_object();
     w.key("memory").value(limit).key("pids").value(limit).key("cpu").value(use_cgroups_ ? "cgroup" : "none");
     w.end_object();
