@@ -373,15 +373,33 @@ out["userfaultfd"] = sc(323, 0)
 out["open_by_handle_at"] = sc(304, -1, 0, 0)
 out["clone3"] = sc(435, 0, 0)
 out["unshare(CLONE_NEWUSER)"] = sc(272, 0x10000000)
+# The new mount API (Flatpak's CVE-2021-41133: a profile that blocked only mount(2)).
+out["open_tree"] = sc(428, -100, b"/", 1)                # OPEN_TREE_CLONE of /
+out["move_mount"] = sc(429, -1, b"", -1, b"", 0)
+out["fsopen"] = sc(430, b"tmpfs", 0)
+out["fsconfig"] = sc(431, -1, 0, 0, 0, 0)
+out["fsmount"] = sc(432, -1, 0, 0)
+out["fspick"] = sc(433, -100, b"/", 0)
+out["mount_setattr"] = sc(442, -100, b"/", 0, 0, 0)
+# io_uring's operations bypass seccomp; another process's fds and memory.
+out["io_uring_setup"] = sc(425, 1, 0)
+out["pidfd_getfd"] = sc(438, -1, 0, 0)
+out["process_vm_writev"] = sc(311, 1, 0, 0, 0, 0, 0)
+out["kcmp"] = sc(312, 1, 1, 0, 0, 0)
+out["iopl"] = sc(172, 3)
+out["x32 getpid"] = sc(0x40000000 + 39)                  # the x32 ABI: ENOSYS either way
 print(json.dumps(out))
 """
 
 ESCAPE_EXPECTED = {name: 1 for name in (  # EPERM
     "mount", "umount2", "ptrace", "bpf", "reboot", "kexec_load", "init_module", "finit_module",
     "delete_module", "keyctl", "add_key", "perf_event_open", "setns", "userfaultfd",
-    "open_by_handle_at", "unshare(CLONE_NEWUSER)",
+    "open_by_handle_at", "unshare(CLONE_NEWUSER)", "open_tree", "move_mount", "fsopen", "fsconfig",
+    "fsmount", "fspick", "mount_setattr", "io_uring_setup", "pidfd_getfd", "process_vm_writev",
+    "kcmp", "iopl",
 )}
 ESCAPE_EXPECTED["clone3"] = 38  # ENOSYS
+ESCAPE_EXPECTED["x32 getpid"] = 38
 
 
 def escape_mismatches(stdout: str) -> Dict[str, str]:
