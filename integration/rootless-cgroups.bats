@@ -138,6 +138,12 @@ setup() {
 }
 
 teardown() {
+	if [[ -n ${SB_DAEMON:-} ]]; then
+		kill -TERM "$SB_DAEMON" 2>/dev/null
+		wait_for_pid_gone "$SB_DAEMON" 10 >/dev/null 2>&1 || kill -KILL "$SB_DAEMON" 2>/dev/null
+		wait "$SB_DAEMON" 2>/dev/null || true
+	fi
+	[[ -n ${SB_DIR:-} ]] && rm -rf "$SB_DIR"
 	cg_thaw_all
 	rl_teardown
 	cg_kill_delegated
@@ -367,4 +373,58 @@ no_pidns_config() {
 	assert_success_stderr
 	wait_for_pid_gone "$pid"
 	wait_for_status "$CID" stopped
+}
+
+# The agent sandbox: a user's daemon started in its delegated cgroups makes each sandbox's
+# cgroups under them (<delegated>/forkbox-sandbox/<service pid>-<n>), so memory and pids are
+# cgroup limits, as under a root daemon, instead of per-process rlimits.
+@test "a user's sandbox daemon in its delegated cgroups limits each sandbox with cgroups" {
+	is_runc && skip "the sandbox daemon is forkbox's own"
+	command -v jq >/dev/null || skip "jq is missing"
+	SB_DIR=$(mktemp -d /tmp/fbdeleg.XXXXXX)
+	chown "$RL_UID:$RL_GID" "$SB_DIR" && chmod 0700 "$SB_DIR"
+	local sock=$SB_DIR/s.sock procs=() m
+	while read -r m; do procs+=("$m/$CG_NAME/cgroup.procs"); done < <(cg_v1_mounts)
+	# The user moves itself into the cgroups delegated to it, then becomes the daemon.
+	(as_user_exec sh -c 'sock=$1; shift; for f in "$@"; do echo $$ >"$f" || exit 1; done; exec "$0" daemon --socket "$sock"' \
+		"$FORKBOX" "$sock" "${procs[@]}" </dev/null >/dev/null 2>"$SB_DIR/daemon.err" 3>&- 4>&-) &
+	SB_DAEMON=$!
+	local i info=
+	for ((i = 0; i < 50; i++)); do
+		info=$(as_user "$FORKBOX" sandbox --socket "$sock" --info 2>/dev/null) && break
+		sleep 0.1
+	done
+	[[ -n $info ]] || fail "the user's daemon did not answer: $(cat "$SB_DIR/daemon.err")"
+	assert_equal "$(jq -c '[.mode, .limits.memory, .limits.pids]' <<<"$info")" '["rootless","cgroup","cgroup"]'
+
+	# A sandbox's cgroup carries its limits; no rlimit stands in for them.
+	as_user "$FORKBOX" sandbox --socket "$sock" --memory 64 --pids 20 -- sh -c 'ulimit -v; sleep 3' \
+		>"$SB_DIR/run.out" 2>&1 3>&- 4>&- &
+	local client=$! mem dir found=
+	mem=$(cg_mount memory)
+	for ((i = 0; i < 50; i++)); do
+		for dir in "$mem/$CG_NAME/forkbox-sandbox"/*-*; do
+			[[ -n $(cat "$dir/tasks" 2>/dev/null) && $(cat "$dir/memory.limit_in_bytes" 2>/dev/null) == 67108864 ]] && found=$dir
+		done
+		[[ -z $found ]] || break
+		sleep 0.1
+	done
+	[[ -n $found ]] || fail "no sandbox cgroup with a 64 MiB limit under $mem/$CG_NAME/forkbox-sandbox"
+	local pids_max
+	pids_max=$(cat "$(cg_mount pids)/$CG_NAME/forkbox-sandbox/${found##*/}/pids.max")
+	((pids_max >= 20 && pids_max <= 21)) || fail "pids.max $pids_max"
+	wait "$client" || fail "the run failed: $(cat "$SB_DIR/run.out")"
+	assert_equal "$(cat "$SB_DIR/run.out")" unlimited
+
+	# Enforced: 256 MiB in a 64 MiB sandbox is OOM-killed (an rlimit would fail the allocation).
+	run as_user timeout 60 "$FORKBOX" sandbox --socket "$sock" --memory 64 -- python3 -c 'b = bytearray(256 << 20)'
+	assert_failure 137
+
+	# SIGTERM: every sandbox cgroup it made is gone.
+	kill -TERM "$SB_DAEMON"
+	wait "$SB_DAEMON" || fail "the daemon exited with $?: $(cat "$SB_DIR/daemon.err")"
+	SB_DAEMON=
+	local left
+	left=$(compgen -G "$mem/$CG_NAME/forkbox-sandbox/*-*" || true)
+	[[ -z $left ]] || fail "left: $left"
 }

@@ -33,7 +33,6 @@ namespace forkbox::sandbox {
 
 namespace {
 
-constexpr const char* kCgroupParent = "/forkbox-sandbox";
 
 // In a new embryo: every fd but `keep` (and stdio, and FORKBOX_TRACE's file, close-on-exec)
 // is closed, so a sandbox holds nothing of another's while it waits.
@@ -93,7 +92,7 @@ Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind, int 
     int cgroup_fd = -1;
     CgroupPlacement cgroups;
     if (c_.use_cgroups) {
-        FB_ASSIGN(cgroups, create_cgroups(c_.layout, embryo_cgroup_path(::getppid(), id)));
+        FB_ASSIGN(cgroups, create_cgroups(c_.layout, embryo_cgroup_path(c_.cgroup_parent, ::getppid(), id)));
         FB_ASSIGN(auto writes, plan_cgroup_writes(default_limits(c_.options.defaults), c_.layout));
         FB_TRY_CTX(apply_cgroup_writes(writes, c_.layout, cgroups.dirs()), "sandbox cgroup limits");
         FB_ASSIGN(task_fds, cgroups.open_v1_task_files(c_.layout));
@@ -242,8 +241,8 @@ void Builder::serve() {
 
 }  // namespace
 
-std::string embryo_cgroup_path(pid_t service_pid, uint64_t id) {
-    return std::string(kCgroupParent) + "/" + std::to_string(service_pid) + "-" + std::to_string(id);
+std::string embryo_cgroup_path(const std::string& parent, pid_t service_pid, uint64_t id) {
+    return parent + "/" + std::to_string(service_pid) + "-" + std::to_string(id);
 }
 
 // "<network 0|1><python 0|1>" then the mounts' source, destination, mode, NUL-separated,

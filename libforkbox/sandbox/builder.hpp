@@ -33,12 +33,15 @@ struct BuilderConfig {
     ServerOptions options;
     CgroupLayout layout;  // the hierarchies sandboxes get cgroups in
     bool use_cgroups = false;
+    // Where sandboxes' cgroups go, relative to each hierarchy's root: /forkbox-sandbox
+    // for a root daemon, under its own (delegated) cgroup for a user's.
+    std::string cgroup_parent;
     bool mapped_range = false;  // a root daemon
     SeccompProgram seccomp;
 };
 
 // The cgroup (relative to each hierarchy's root) of embryo `id` of the service `service_pid`.
-std::string embryo_cgroup_path(pid_t service_pid, uint64_t id);
+std::string embryo_cgroup_path(const std::string& parent, pid_t service_pid, uint64_t id);
 
 // A kind on the wire (pure; unit-tested).
 std::string encode_kind(const SandboxKind& kind);

@@ -54,7 +54,7 @@ namespace forkbox::sandbox {
 
 namespace {
 
-constexpr const char* kCgroupParent = "/forkbox-sandbox";
+constexpr const char* kCgroupParentName = "/forkbox-sandbox";
 constexpr size_t kStdinBufferLimit = 1 << 20;  // past this, the client is not read
 constexpr int kBuildFailuresBeforePause = 3;
 // A command released this recently has the machine to itself: a pool that still holds a
@@ -89,6 +89,34 @@ CgroupLayout sandbox_layout(const CgroupLayout& host) {
     return out;
 }
 
+// Where sandboxes' cgroups go, relative to each hierarchy's root. A root daemon's: under the
+// root. A user's: under its own cgroup, which must be the same path in every hierarchy of
+// `layout` and writable by it (delegated to it by root, as runc's rootless tests do on v1).
+// An error says why a user's daemon gets no cgroups (its limits are then rlimits).
+Result<std::string> sandbox_cgroup_parent(const CgroupLayout& layout, bool root) {
+    if (root) return std::string(kCgroupParentName);
+    if (layout.hierarchies.empty()) return fail("no cgroup hierarchy with memory or pids");
+    if (layout.unified())
+        return fail("a delegated cgroup v2 subtree is not supported yet for a user's daemon");
+    FB_ASSIGN(auto own, own_cgroup_dirs(layout));
+    std::string relative;
+    for (size_t i = 0; i < layout.hierarchies.size(); ++i) {
+        const auto& h = layout.hierarchies[i];
+        if (own[i].size() <= h.mountpoint.size()) return fail("the daemon's cgroup in " + h.mountpoint + " is the root");
+        std::string rel = own[i].substr(h.mountpoint.size());
+        if (!relative.empty() && rel != relative)
+            return fail("the daemon's cgroups differ between hierarchies (" + relative + ", " + rel + ")");
+        relative = rel;
+        if (::access(own[i].c_str(), W_OK) < 0 || ::access((own[i] + "/tasks").c_str(), W_OK) < 0)
+            return fail(own[i] + " is not delegated to the daemon's user");
+    }
+    for (const char* c : {"memory", "pids"})
+        if (std::none_of(layout.hierarchies.begin(), layout.hierarchies.end(),
+                         [c](const CgroupHierarchy& h) { return hierarchy_has(h, c); }))
+            return fail(std::string("no ") + c + " hierarchy");
+    return relative + kCgroupParentName;
+}
+
 // Gone, or a zombie: a server SIGKILLed with its daemon stays one until whoever inherits
 // it reaps it, which may be after the next server starts.
 bool server_gone(pid_t pid) {
@@ -102,10 +130,10 @@ bool server_gone(pid_t pid) {
 // Sandbox cgroups left by a server that died (named <pid>-<n>): removed when that pid is
 // gone, with whatever still runs in them killed first (remove_cgroups waits the moment the
 // kernel takes to release killed tasks).
-void remove_stale_cgroups(const CgroupLayout& layout) {
+void remove_stale_cgroups(const CgroupLayout& layout, const std::string& relative_parent) {
     std::vector<std::string> stale;
     for (const auto& h : layout.hierarchies) {
-        std::string parent = h.mountpoint + kCgroupParent;
+        std::string parent = h.mountpoint + relative_parent;
         DIR* d = ::opendir(parent.c_str());
         if (!d) continue;
         while (dirent* e = ::readdir(d)) {
@@ -137,12 +165,18 @@ Result<void> Server::setup() {
     watch(listener_, EPOLLIN, Watch::Listener, 0);
 
     mapped_range_ = ::geteuid() == 0 && !rootless_mode().in_user_namespace;
-    if (auto host = detect_cgroup_layout(); host && mapped_range_) {
+    if (auto host = detect_cgroup_layout()) {
         layout_ = sandbox_layout(*host);
         if (layout_.mode == CgroupMode::V2) (void)load_v2_controllers(layout_);
-        use_cgroups_ = !layout_.hierarchies.empty();
+        if (auto parent = sandbox_cgroup_parent(layout_, mapped_range_)) {
+            cgroup_parent_ = *parent;
+            use_cgroups_ = !layout_.hierarchies.empty();
+        } else {
+            log::info("sandbox: no cgroups (" + parent.error().what() + "): limits are rlimits");
+        }
         for (const auto& h : layout_.hierarchies) {
-            std::string parent = h.mountpoint + kCgroupParent;
+            if (!use_cgroups_) break;
+            std::string parent = h.mountpoint + cgroup_parent_;
             if (::mkdir(parent.c_str(), 0755) < 0 && errno != EEXIST) {
                 log::warn("sandbox: no cgroups (" + errno_text("mkdir " + parent) + "): limits are rlimits");
                 use_cgroups_ = false;
@@ -150,10 +184,10 @@ Result<void> Server::setup() {
             }
             if (hierarchy_has(h, "cpuset")) (void)inherit_cpuset(parent, true);
         }
-        if (use_cgroups_) remove_stale_cgroups(layout_);
+        if (use_cgroups_) remove_stale_cgroups(layout_, cgroup_parent_);
         if (use_cgroups_ && layout_.mode == CgroupMode::V2) {
             // Sandboxes' limits need the controllers enabled below the parent.
-            (void)write_file(layout_.hierarchies[0].mountpoint + kCgroupParent + "/cgroup.subtree_control",
+            (void)write_file(layout_.hierarchies[0].mountpoint + cgroup_parent_ + "/cgroup.subtree_control",
                              "+memory +pids +cpu");
         }
     }
@@ -166,6 +200,7 @@ Result<void> Server::setup() {
     config.options = opt_;
     config.layout = layout_;
     config.use_cgroups = use_cgroups_;
+    config.cgroup_parent = cgroup_parent_;
     config.mapped_range = mapped_range_;
     // The profile is compiled once; every embryo loads the same program.
     FB_ASSIGN(config.seccomp, compile_seccomp(*sandbox_spec({}, {}).linux->seccomp));
@@ -493,7 +528,7 @@ Result<uint64_t> Server::start_embryo(const SandboxKind& kind, uint64_t reserved
     e->fork = fork_source >= 0;
     if (use_cgroups_) {
         e->applied = limits_for(opt_.defaults.memory_mb, opt_.defaults.pids, 0);
-        std::string path = embryo_cgroup_path(::getpid(), e->id);
+        std::string path = embryo_cgroup_path(cgroup_parent_, ::getpid(), e->id);
         for (const auto& h : layout_.hierarchies) e->cgroup_dirs.push_back(h.mountpoint + path);
     }
     std::string m = (hold ? "H" : "B") + std::to_string(e->id) + "\n" + encode_kind(kind);
@@ -545,7 +580,7 @@ void Server::on_builder() {
             ::waitpid(pid, nullptr, 0);
             if (use_cgroups_) {
                 std::vector<std::string> dirs;
-                for (const auto& h : layout_.hierarchies) dirs.push_back(h.mountpoint + embryo_cgroup_path(::getpid(), id));
+                for (const auto& h : layout_.hierarchies) dirs.push_back(h.mountpoint + embryo_cgroup_path(cgroup_parent_, ::getpid(), id));
                 remove_later(dirs);
             }
             continue;

@@ -281,6 +281,7 @@ private:
     ServerOptions opt_;
     unique_fd epoll_, signals_, dev_null_, builder_;
     bool mapped_range_ = false;  // a root daemon
+    std::string cgroup_parent_;  // relative to each hierarchy's root (BuilderConfig)
     uid_t euid_ = ::geteuid();
     bool use_cgroups_ = false;
     bool idmapped_lower_ = true;  // until it fails once
