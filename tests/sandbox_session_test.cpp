@@ -1,7 +1,11 @@
 // Sessions' pure parts: the verbs' requests, sandbox paths, the file verb's encoding, and
 // the diff of a state against its base.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "libforkbox/base/fd.hpp"
 #include "libforkbox/sandbox/request.hpp"
 #include "libforkbox/sandbox/tree.hpp"
 
@@ -173,4 +177,45 @@ TEST(WarmPython, ARunOfPythonCodeIsPython3DashC) {
     EXPECT_FALSE(parse_run_request(R"J({"python": "print(1)", "preload": [".x"]})J", d));
     EXPECT_FALSE(parse_run_request(R"J({"python": "print(1)", "caps": []})J", d));
     EXPECT_FALSE(parse_run_request("{\"python\": \"a\\u0000b\"}", d));
+}
+
+// A fork's copy of its parent's state: files (hard links kept), symlinks as links (never
+// followed), FIFOs made, not opened, and subdirectories.
+TEST(CopyTree, CopiesWhatAForkCarriesWithoutFollowingOrOpeningIt) {
+    char src_tmpl[] = "/tmp/fb-copy-src.XXXXXX", dst_tmpl[] = "/tmp/fb-copy-dst.XXXXXX";
+    ASSERT_TRUE(::mkdtemp(src_tmpl));
+    ASSERT_TRUE(::mkdtemp(dst_tmpl));
+    std::string src = src_tmpl, dst = dst_tmpl;
+    auto write = [](const std::string& path, const std::string& text) {
+        unique_fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+        ASSERT_TRUE(fd);
+        ASSERT_EQ(::write(fd.get(), text.data(), text.size()), static_cast<ssize_t>(text.size()));
+    };
+    write(src + "/a", "state");
+    ASSERT_EQ(::link((src + "/a").c_str(), (src + "/b").c_str()), 0);
+    ASSERT_EQ(::symlink("/etc/passwd", (src + "/l").c_str()), 0);
+    ASSERT_EQ(::mkfifo((src + "/p").c_str(), 0600), 0);
+    ASSERT_EQ(::mkdir((src + "/d").c_str(), 0755), 0);
+    write(src + "/d/e", "deep");
+    {
+        unique_fd from(::open(src.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        unique_fd to(::open(dst.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        auto copied = copy_tree(from.get(), to.get());
+        ASSERT_TRUE(copied) << copied.error().what();
+    }
+    struct stat a, b, l, p;
+    ASSERT_EQ(::stat((dst + "/a").c_str(), &a), 0);
+    ASSERT_EQ(::stat((dst + "/b").c_str(), &b), 0);
+    EXPECT_EQ(a.st_ino, b.st_ino);
+    EXPECT_EQ(a.st_size, 5);
+    ASSERT_EQ(::lstat((dst + "/l").c_str(), &l), 0);
+    EXPECT_TRUE(S_ISLNK(l.st_mode));
+    ASSERT_EQ(::lstat((dst + "/p").c_str(), &p), 0);
+    EXPECT_TRUE(S_ISFIFO(p.st_mode));
+    EXPECT_EQ(::access((dst + "/d/e").c_str(), F_OK), 0);
+    for (const auto& root : {src, dst}) {
+        for (const char* n : {"/a", "/b", "/l", "/p", "/d/e"}) ::unlink((root + n).c_str());
+        ::rmdir((root + "/d").c_str());
+        ::rmdir(root.c_str());
+    }
 }

@@ -282,8 +282,12 @@ void copy_attributes(int dst_dir, const char* name, int dst_fd, const struct sta
 }
 
 Result<void> copy_file(int src_dir, int dst_dir, const char* name, const struct stat& st) {
-    unique_fd in(::openat(src_dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    // The parent's code may have swapped the file for a FIFO since it was looked at (a
+    // rootless parent runs on while it is copied): never block on one, copy only a file.
+    unique_fd in(::openat(src_dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     if (!in) return sys_error(std::string("open ") + name);
+    struct stat opened;
+    if (::fstat(in.get(), &opened) < 0 || !S_ISREG(opened.st_mode)) return {};  // gone meanwhile
     unique_fd out(::openat(dst_dir, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!out) return sys_error(std::string("create ") + name);
     off_t left = st.st_size;
