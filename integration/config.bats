@@ -738,6 +738,28 @@ Gid: 100000"
 	assert_line 2
 }
 
+# Found by the seccomp_profile fuzzer: libseccomp 2.5.4 never returns from adding the second
+# of these rules (runc and crun, which use it too, hang in create).
+@test "a seccomp profile libseccomp loops on fails create at a deadline, with the reason, leaving nothing" {
+	skip_if_runc "runc hangs on this profile (the same libseccomp)"
+	update_config '.linux.seccomp = {"defaultAction": "SCMP_ACT_LOG", "syscalls": [
+			{"names": ["read"], "action": "SCMP_ACT_TRAP", "args": [
+				{"index": 1, "value": 5, "op": "SCMP_CMP_GT"},
+				{"index": 3, "value": 4294967296, "op": "SCMP_CMP_GE"}]},
+			{"names": ["read"], "action": "SCMP_ACT_TRAP", "args": [
+				{"index": 1, "value": 5, "op": "SCMP_CMP_GT"},
+				{"index": 3, "value": 15, "op": "SCMP_CMP_LE"}]}]}'
+	set_args /bin/fbhelper true
+	status=0
+	timeout 60 "$FORKBOX" --root "$ROOT" create --bundle "$BUNDLE" "$CID" </dev/null >/dev/null \
+		2>"$BATS_TEST_TMPDIR/err" 3>&- 4>&- || status=$?
+	((status != 0 && status != 124)) || fail "create: status $status (124: it hung)"
+	grep -q "did not compile the profile within 5 s" "$BATS_TEST_TMPDIR/err" || fail "stderr: $(cat "$BATS_TEST_TMPDIR/err")"
+	run runtime state "$CID"
+	assert_failure
+	[[ ! -e $ROOT/$CID ]] || fail "state left in $ROOT/$CID"
+}
+
 # ---------------------------------------------------------------- cgroups
 
 @test "linux.resources limits are written to the container's cgroup" {

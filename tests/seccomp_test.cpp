@@ -1,10 +1,14 @@
 #include "libforkbox/seccomp/seccomp.hpp"
 
+#include <linux/audit.h>
+#include <sys/syscall.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
 #include <vector>
+#include "libforkbox/seccomp/evaluate.hpp"
 #include "tests/seccomp_rules.hpp"
 
 using namespace forkbox;
@@ -238,6 +242,46 @@ TEST(SeccompCompile, PlanErrorsComeThrough) {
     auto prog = compile_seccomp(allow_by_default({rule({"mkdir"}, "SCMP_ACT_BOGUS")}));
     ASSERT_FALSE(prog.has_value());
     EXPECT_NE(prog.error().what().find("unknown action"), std::string::npos);
+}
+
+// Range comparisons go through a child with a deadline (libseccomp 2.5 can loop on them):
+// its program, flags and errors come back as they would from the caller's own process.
+TEST(SeccompCompile, RangeComparisonsCompileInAChildWithTheSameResult) {
+    Seccomp s = allow_by_default({rule({"mkdirat"}, "SCMP_ACT_ERRNO", {arg(2, "SCMP_CMP_GT", 0755)}),
+                                  rule({"mkdir"}, "SCMP_ACT_ERRNO", {arg(1, "SCMP_CMP_EQ", 0700)})});
+    s.flags = {"SECCOMP_FILTER_FLAG_LOG"};
+    auto prog = compile_seccomp(s);
+    ASSERT_TRUE(prog.has_value()) << prog.error().what();
+    EXPECT_EQ(prog->flags, unsigned(SECCOMP_FILTER_FLAG_LOG));
+    auto answer = [&](int nr, uint64_t mode) {
+        seccomp_data d{};
+        d.nr = nr;
+        d.arch = AUDIT_ARCH_X86_64;
+        d.args[1] = d.args[2] = mode;
+        return seccomp_evaluate(prog->bpf, d) & SECCOMP_RET_ACTION_FULL;
+    };
+    EXPECT_EQ(answer(__NR_mkdirat, 0777), SECCOMP_RET_ERRNO);
+    EXPECT_EQ(answer(__NR_mkdirat, 0700), SECCOMP_RET_ALLOW);
+    EXPECT_EQ(answer(__NR_mkdir, 0700), SECCOMP_RET_ERRNO);
+
+    s.syscalls[0].errno_ret = 70000;
+    auto bad = compile_seccomp(s);
+    ASSERT_FALSE(bad.has_value());
+    EXPECT_EQ(bad.error().errnum(), EINVAL);
+    EXPECT_NE(bad.error().what().find("does not fit in 16 bits"), std::string::npos) << bad.error().what();
+}
+
+// Found by tests/fuzz/seccomp_profile: libseccomp 2.5.4 never returns from adding the second
+// rule. create must fail with a reason instead of hanging.
+TEST(SeccompCompile, AProfileLibseccompLoopsOnFailsAtTheDeadline) {
+    Seccomp s;
+    s.default_action = "SCMP_ACT_LOG";
+    s.syscalls = {rule({"read"}, "SCMP_ACT_TRAP", {arg(1, "SCMP_CMP_GT", 0x68d8a6ae926cc924), arg(3, "SCMP_CMP_GE", 0xd3c74842dc55369b)}),
+                  rule({"read"}, "SCMP_ACT_TRAP", {arg(1, "SCMP_CMP_GT", 0x68d8a6ae926cc924), arg(3, "SCMP_CMP_LE", 0xf)})};
+    auto prog = compile_seccomp(s, SeccompLayout::Compact, 500);
+    ASSERT_FALSE(prog.has_value());
+    EXPECT_EQ(prog.error().errnum(), ETIMEDOUT);
+    EXPECT_NE(prog.error().what().find("did not compile the profile"), std::string::npos) << prog.error().what();
 }
 
 TEST(SeccompFeatures, ClaimsWhatThisBuildCanFilter) {

@@ -1,12 +1,18 @@
 #include "libforkbox/seccomp/seccomp.hpp"
 
 #include <linux/seccomp.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
+#include <cstring>
 #include <string_view>
 
 #include "libforkbox/base/fd.hpp"
@@ -264,7 +270,9 @@ Result<std::vector<sock_filter>> export_bpf(scmp_filter_ctx ctx) {
 
 }  // namespace
 
-Result<SeccompProgram> compile_seccomp(const oci::Seccomp& sc, SeccompLayout layout) {
+namespace {
+
+Result<SeccompProgram> compile_here(const oci::Seccomp& sc, SeccompLayout layout) {
     FB_ASSIGN(SeccompPlan plan, plan_seccomp(sc));
 
     FilterContext filter(plan.default_action);
@@ -322,6 +330,90 @@ Result<SeccompProgram> compile_seccomp(const oci::Seccomp& sc, SeccompLayout lay
     if ((program.flags & kWaitKillableRecv) && !program.wants_listener())
         return fail(EINVAL, "flag SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV needs an SCMP_ACT_NOTIFY rule");
     return program;
+}
+
+bool has_ordering_comparison(const oci::Seccomp& sc) {
+    for (const auto& rule : sc.syscalls)
+        for (const auto& arg : rule.args)
+            if (arg.op == "SCMP_CMP_LT" || arg.op == "SCMP_CMP_LE" || arg.op == "SCMP_CMP_GT" || arg.op == "SCMP_CMP_GE")
+                return true;
+    return false;
+}
+
+// compile_here in a child, given `deadline_ms` to answer (a pipe: 'P' flags bpf, or 'E'
+// errno message), killed past it.
+Result<SeccompProgram> compile_in_child(const oci::Seccomp& sc, SeccompLayout layout, int deadline_ms) {
+    int ends[2];
+    if (::pipe2(ends, O_CLOEXEC) < 0) return sys_error("pipe for the seccomp compiler");
+    unique_fd reader(ends[0]), writer(ends[1]);
+    pid_t child = ::fork();
+    if (child < 0) return sys_error("fork the seccomp compiler");
+    if (child == 0) {
+        reader.reset();
+        std::string out;
+        if (auto program = compile_here(sc, layout)) {
+            out = "P" + std::string(reinterpret_cast<const char*>(&program->flags), sizeof program->flags);
+            out.append(reinterpret_cast<const char*>(program->bpf.data()), program->bpf.size() * sizeof(sock_filter));
+        } else {
+            int err = program.error().errnum();
+            out = "E" + std::string(reinterpret_cast<const char*>(&err), sizeof err) + program.error().what();
+        }
+        for (size_t done = 0; done < out.size();) {
+            ssize_t n = ::write(writer.get(), out.data() + done, out.size() - done);
+            if (n <= 0 && errno != EINTR) ::_exit(1);
+            if (n > 0) done += static_cast<size_t>(n);
+        }
+        ::_exit(0);
+    }
+    writer.reset();
+    std::string in;
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(deadline_ms);
+    bool timed_out = false;
+    for (;;) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()).count();
+        pollfd p{reader.get(), POLLIN, 0};
+        int ready = left > 0 ? ::poll(&p, 1, static_cast<int>(left)) : 0;
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready <= 0) {
+            timed_out = true;
+            break;
+        }
+        char buf[65536];
+        ssize_t n = ::read(reader.get(), buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        in.append(buf, static_cast<size_t>(n));
+    }
+    if (timed_out) ::kill(child, SIGKILL);
+    int status = 0;
+    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (timed_out)
+        return fail(ETIMEDOUT, "libseccomp did not compile the profile within " + std::to_string(deadline_ms / 1000) +
+                                   " s: libseccomp 2.5 can loop forever on range comparisons (SCMP_CMP_LT/LE/GT/GE) "
+                                   "of the same syscall's arguments in several rules");
+    if (in.size() > sizeof(int) && in[0] == 'E') {
+        int err;
+        std::memcpy(&err, in.data() + 1, sizeof err);
+        return fail(err, in.substr(1 + sizeof err));
+    }
+    size_t header = 1 + sizeof(unsigned);
+    if (in.size() < header || in[0] != 'P' || (in.size() - header) % sizeof(sock_filter) != 0)
+        return fail(EPROTO, "the seccomp compiler ended without a program");
+    SeccompProgram program;
+    std::memcpy(&program.flags, in.data() + 1, sizeof program.flags);
+    program.bpf.resize((in.size() - header) / sizeof(sock_filter));
+    std::memcpy(program.bpf.data(), in.data() + header, in.size() - header);
+    return program;
+}
+
+}  // namespace
+
+Result<SeccompProgram> compile_seccomp(const oci::Seccomp& sc, SeccompLayout layout, int deadline_ms) {
+    // Only profiles with range comparisons can make libseccomp loop: the rest, Docker's
+    // default among them, are compiled here, without a fork.
+    if (!has_ordering_comparison(sc)) return compile_here(sc, layout);
+    return compile_in_child(sc, layout, deadline_ms);
 }
 
 Result<unique_fd> load_seccomp(const SeccompProgram& program) {

@@ -66,8 +66,12 @@ struct SeccompProgram {
 enum class SeccompLayout { Compact, Exported };
 
 // Runs in the parent (create), before clone: plan, build a libseccomp filter and export it.
-Result<SeccompProgram> compile_seccomp(const oci::Seccomp& seccomp,
-                                       SeccompLayout layout = SeccompLayout::Compact);
+// libseccomp 2.5 can loop forever on some profiles with range comparisons (two rules
+// comparing the same syscall's arguments with GT and GE/LE): those are compiled in a child
+// given `deadline_ms`, and fail with ETIMEDOUT past it instead of hanging create.
+constexpr int kSeccompCompileDeadlineMs = 5000;
+Result<SeccompProgram> compile_seccomp(const oci::Seccomp& seccomp, SeccompLayout layout = SeccompLayout::Compact,
+                                       int deadline_ms = kSeccompCompileDeadlineMs);
 
 // Runs in the container's init: installs the program. Allocates nothing unless it fails.
 // Without no_new_privs the caller needs CAP_SYS_ADMIN (in its user namespace).
