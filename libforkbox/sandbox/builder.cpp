@@ -33,7 +33,6 @@ namespace forkbox::sandbox {
 
 namespace {
 
-
 // In a new embryo: every fd but `keep` (and stdio, and FORKBOX_TRACE's file, close-on-exec)
 // is closed, so a sandbox holds nothing of another's while it waits.
 void close_other_fds(std::vector<int> keep) {

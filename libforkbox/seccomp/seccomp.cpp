@@ -268,10 +268,6 @@ Result<std::vector<sock_filter>> export_bpf(scmp_filter_ctx ctx) {
     return bpf;
 }
 
-}  // namespace
-
-namespace {
-
 Result<SeccompProgram> compile_here(const oci::Seccomp& sc, SeccompLayout layout) {
     FB_ASSIGN(SeccompPlan plan, plan_seccomp(sc));
 
