@@ -758,6 +758,21 @@ Gid: 100000"
 	run runtime state "$CID"
 	assert_failure
 	[[ ! -e $ROOT/$CID ]] || fail "state left in $ROOT/$CID"
+
+	# A create killed while libseccomp spins leaves no compiler behind.
+	"$FORKBOX" --root "$ROOT" create --bundle "$BUNDLE" "$CID-killed" </dev/null >/dev/null 2>&1 3>&- 4>&- &
+	local create=$!
+	sleep 1
+	kill -KILL "$create"
+	wait "$create" 2>/dev/null || true
+	local i left=
+	for ((i = 0; i < 50; i++)); do
+		left=$(pgrep -f -- "create --bundle $BUNDLE $CID-killed" || true)
+		[[ -z $left ]] && break
+		sleep 0.1
+	done
+	[[ -z $left ]] || { kill -KILL $left; fail "the compiler outlived its create: $left"; }
+	runtime delete --force "$CID-killed" >/dev/null 2>&1 || true
 }
 
 # ---------------------------------------------------------------- cgroups

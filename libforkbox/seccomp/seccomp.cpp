@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -342,9 +343,12 @@ Result<SeccompProgram> compile_in_child(const oci::Seccomp& sc, SeccompLayout la
     int ends[2];
     if (::pipe2(ends, O_CLOEXEC) < 0) return sys_error("pipe for the seccomp compiler");
     unique_fd reader(ends[0]), writer(ends[1]);
+    pid_t parent = ::getpid();
     pid_t child = ::fork();
     if (child < 0) return sys_error("fork the seccomp compiler");
     if (child == 0) {
+        // A create killed meanwhile must not leave it spinning in libseccomp.
+        if (::prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || ::getppid() != parent) ::_exit(1);
         reader.reset();
         std::string out;
         if (auto program = compile_here(sc, layout)) {
