@@ -2,6 +2,7 @@
 #include <seccomp.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <csignal>
 #include <iostream>
@@ -10,6 +11,7 @@
 
 #include "cmd/common.hpp"
 #include "libforkbox/base/log.hpp"
+#include "libforkbox/base/prefault.hpp"
 #include "libforkbox/base/trace.hpp"
 #include "libforkbox/process/rootless.hpp"
 #include "libforkbox/zygote/zygote.hpp"
@@ -83,6 +85,14 @@ int main(int argc, char** argv) {
     ::signal(SIGPIPE, SIG_IGN);
     trace::open_from_env();
     trace::mark("main");
+    if (trace::fd() >= 0) {
+        char line[96];
+        auto costs = prefault::measured();
+        std::snprintf(line, sizeof line, "prefault: %s (fault %llu, populate %llu ticks)",
+                      prefault::pays() ? "bulk" : "faults", static_cast<unsigned long long>(costs.fault),
+                      static_cast<unsigned long long>(costs.populate));
+        trace::mark(line);
+    }
     Globals g;
     std::string rootless;
     int i = 1;

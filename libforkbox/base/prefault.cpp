@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <ctime>
+#include <utility>
 
 #include "libforkbox/base/syscalls.hpp"
 
@@ -18,6 +20,8 @@ namespace {
 
 constexpr uintptr_t kPage = 4096;
 constexpr uintptr_t kStackBytes = 64 * 1024;
+// The kernel's fault-around window (fault_around_bytes): one fault on code maps this much.
+constexpr uintptr_t kFaultAround = 64 * 1024;
 
 // Inlined into forkbox_populate_early, which runs before glibc (and cannot call out).
 [[gnu::always_inline]] inline uintptr_t page_down(uintptr_t a) { return a & ~(kPage - 1); }
@@ -58,6 +62,84 @@ template <typename Advise>
     }
 }
 
+// The executable's code segment, [from, to) with the load bias applied; {0, 0} if none.
+[[gnu::always_inline]] inline std::pair<uintptr_t, uintptr_t> code_segment(const ElfW(Phdr)* phdrs, size_t count,
+                                                                           uintptr_t bias) {
+    for (size_t i = 0; i < count; ++i)
+        if (phdrs[i].p_type == PT_LOAD && (phdrs[i].p_flags & PF_X))
+            return {bias + page_down(phdrs[i].p_vaddr), bias + page_up(phdrs[i].p_vaddr + phdrs[i].p_memsz)};
+    return {0, 0};
+}
+
+// A timestamp in arbitrary units, without libc: only ratios of two intervals are used.
+[[gnu::always_inline]] inline uint64_t ticks() {
+#if defined(__x86_64__)
+    uint32_t lo, hi;
+    asm volatile("lfence; rdtsc; lfence" : "=a"(lo), "=d"(hi)::"memory");
+    return (uint64_t{hi} << 32) | lo;
+#else
+    timespec t{};
+    ::clock_gettime(CLOCK_MONOTONIC, &t);
+    return uint64_t(t.tv_sec) * 1000000000u + uint64_t(t.tv_nsec);
+#endif
+}
+
+// What one fault and one madvise cost for the same 64 KiB of code, on blocks at the end of
+// the code segment that nothing has run yet (glibc's start-up runs before the preinit entry,
+// but from the start of the segment). Two faults, the cheaper counting: an interrupt in one
+// must not decide. `running` is an address of the caller's code, which must not be probed.
+template <typename Advise>
+[[gnu::always_inline]] inline Costs probe_costs(uintptr_t code_from, uintptr_t code_to, uintptr_t running,
+                                                Advise advise) {
+    uintptr_t last = (code_to & ~(kFaultAround - 1)) - kFaultAround;  // the last whole block
+    uintptr_t first = last - 2 * kFaultAround;
+    if (code_from > first || (running >= first && running < last + kFaultAround)) return Costs{};
+    uint64_t t0 = ticks();
+    advise(first, first + kFaultAround, MADV_POPULATE_READ);
+    uint64_t t1 = ticks();
+    (void)*reinterpret_cast<const volatile char*>(first + kFaultAround);
+    uint64_t t2 = ticks();
+    (void)*reinterpret_cast<const volatile char*>(last);
+    uint64_t t3 = ticks();
+    uint64_t fault = t2 - t1 < t3 - t2 ? t2 - t1 : t3 - t2;
+    return Costs{fault, t1 - t0};
+}
+
+// FORKBOX_PREFAULT in an environment block, without libc.
+[[gnu::always_inline]] inline Setting setting_in(char* const* envp) {
+    constexpr char kName[] = "FORKBOX_PREFAULT=";
+    for (; envp && *envp; ++envp) {
+        const char* e = *envp;
+        size_t i = 0;
+        while (kName[i] && e[i] == kName[i]) ++i;
+        if (kName[i]) continue;
+        const char* v = e + i;
+        if (v[0] == 'o' && v[1] == 'n' && v[2] == 0) return Setting::on;
+        if (v[0] == 'o' && v[1] == 'f' && v[2] == 'f' && v[3] == 0) return Setting::off;
+        return Setting::measure;
+    }
+    return Setting::measure;
+}
+
+// Set once, at start-up, by forkbox_start_early (the static forkbox's entry point) or by the
+// preinit entry; read by pays().
+enum class Decision : uint8_t { undecided, populate, fault };
+Decision decision = Decision::undecided;
+Costs measured_at_start;
+
+template <typename Advise>
+[[gnu::always_inline]] inline Decision decide(char* const* envp, const ElfW(Phdr)* phdrs, size_t count, uintptr_t bias,
+                                              uintptr_t running, Advise advise) {
+    switch (setting_in(envp)) {
+    case Setting::on: return Decision::populate;
+    case Setting::off: return Decision::fault;
+    case Setting::measure: break;
+    }
+    auto [from, to] = code_segment(phdrs, count, bias);
+    measured_at_start = probe_costs(from, to, running, advise);
+    return bulk_mapping_pays(measured_at_start) ? Decision::populate : Decision::fault;
+}
+
 void populate_executable_segments(bool read_only_only) {
     const auto* phdrs = reinterpret_cast<const ElfW(Phdr)*>(::getauxval(AT_PHDR));
     size_t count = ::getauxval(AT_PHNUM);
@@ -90,18 +172,38 @@ void populate_heap() {
     populate(page_down(brk_now - arena), page_up(brk_now), MADV_POPULATE_WRITE);
 }
 
+bool bulk_mapping_pays(Costs costs) {
+    // Unmeasured: populate, as a kernel without MADV_POPULATE_* ignores it anyway.
+    if (costs.fault == 0 || costs.populate == 0) return true;
+    // Populating maps every block, faulting only those a process runs (about half to
+    // three quarters of them): bulk pays once a fault costs clearly more than a madvise.
+    return 2 * costs.fault > 3 * costs.populate;
+}
+
+Setting setting(char* const* envp) { return setting_in(envp); }
+
+bool pays() { return decision == Decision::populate; }
+
+Costs measured() { return measured_at_start; }
+
 namespace {
 
-// Set by forkbox_populate_early (the static forkbox's entry point), which did it all already.
-bool populated_early = false;
-
 // Before glibc's and libstdc++'s constructors, which are the first to fault on most pages.
-void populate_at_start(int, char**, char**) {
-    if (!populated_early) {
-        populate_executable();
-        populate_stack();
+void populate_at_start(int, char**, char** envp) {
+    if (decision == Decision::undecided) {
+        const auto* phdrs = reinterpret_cast<const ElfW(Phdr)*>(::getauxval(AT_PHDR));
+        size_t count = ::getauxval(AT_PHNUM);
+        uintptr_t bias = 0;
+        for (size_t i = 0; phdrs && i < count; ++i)
+            if (phdrs[i].p_type == PT_PHDR) bias = reinterpret_cast<uintptr_t>(phdrs) - phdrs[i].p_vaddr;
+        decision = decide(envp, phdrs, phdrs ? count : 0, bias, reinterpret_cast<uintptr_t>(&populate_at_start),
+                          populate);
+        if (decision == Decision::populate) {
+            populate_executable();
+            populate_stack();
+        }
     }
-    populate_heap();
+    if (decision == Decision::populate) populate_heap();
 }
 
 }  // namespace
@@ -111,31 +213,51 @@ void populate_at_start(int, char**, char**) {
 // The ELF header as mapped, from the linker: the program headers follow it at e_phoff.
 extern "C" const ElfW(Ehdr) __ehdr_start __attribute__((visibility("hidden")));
 
-// Called by forkbox_entry below before glibc has run a single instruction: no TLS (so no
-// stack protector, whose canary lives there), no errno, no libc call at all. A static
-// glibc's own start-up (IRELATIVE relocations, tunables, the first malloc) faults on ~30 of
-// the executable's pages before a preinit_array entry can run: here one madvise per segment
-// maps them all first.
+// The functions below run before glibc has run a single instruction: no TLS (so no stack
+// protector, whose canary lives there), no errno, no libc call at all.
+namespace {
+
+[[gnu::always_inline]] inline void raw_madvise(uintptr_t from, uintptr_t to, int advice) {
+    if (to <= from) return;
+    // Best effort, as populate().
+    (void)forkbox::sys::raw_syscall(SYS_madvise, static_cast<long>(from), static_cast<long>(to - from), advice);
+}
+
+[[gnu::always_inline]] inline const ElfW(Phdr)* early_phdrs() {
+    return reinterpret_cast<const ElfW(Phdr)*>(reinterpret_cast<uintptr_t>(&__ehdr_start) + __ehdr_start.e_phoff);
+}
+
+// No PT_PHDR in a static executable: the bias is where the header is against where the
+// first PT_LOAD (which maps it, at file offset 0) says it is.
+[[gnu::always_inline]] inline uintptr_t early_bias() {
+    const ElfW(Phdr)* phdrs = early_phdrs();
+    for (size_t i = 0; i < __ehdr_start.e_phnum; ++i)
+        if (phdrs[i].p_type == PT_LOAD && phdrs[i].p_offset == 0)
+            return reinterpret_cast<uintptr_t>(&__ehdr_start) - phdrs[i].p_vaddr;
+    return 0;
+}
+
+}  // namespace
+
+// A static glibc's own start-up (IRELATIVE relocations, tunables, the first malloc) faults on
+// ~30 of the executable's pages before a preinit_array entry can run: here one madvise per
+// segment maps them all first. Exposed for the unit tests, which call it on their own stack.
 extern "C" __attribute__((no_stack_protector, used)) void forkbox_populate_early(uintptr_t initial_stack) {
-    auto raw_madvise = [](uintptr_t from, uintptr_t to, int advice) __attribute__((always_inline)) {
-        if (to <= from) return;
-        // Best effort, as populate().
-        (void)forkbox::sys::raw_syscall(SYS_madvise, static_cast<long>(from), static_cast<long>(to - from), advice);
-    };
-    const ElfW(Ehdr)& ehdr = __ehdr_start;
-    const auto* phdrs = reinterpret_cast<const ElfW(Phdr)*>(reinterpret_cast<uintptr_t>(&ehdr) + ehdr.e_phoff);
-    // No PT_PHDR in a static executable: the bias is where the header is against where the
-    // first PT_LOAD (which maps it, at file offset 0) says it is.
-    uintptr_t bias = 0;
-    for (size_t i = 0; i < ehdr.e_phnum; ++i)
-        if (phdrs[i].p_type == PT_LOAD && phdrs[i].p_offset == 0) {
-            bias = reinterpret_cast<uintptr_t>(&ehdr) - phdrs[i].p_vaddr;
-            break;
-        }
-    forkbox::prefault::populate_segments(phdrs, ehdr.e_phnum, bias, raw_madvise);
+    forkbox::prefault::populate_segments(early_phdrs(), __ehdr_start.e_phnum, early_bias(), raw_madvise);
     uintptr_t top = forkbox::prefault::page_up(initial_stack);
     raw_madvise(top - forkbox::prefault::kStackBytes, top, MADV_POPULATE_WRITE);
-    forkbox::prefault::populated_early = true;
+}
+
+// Called by forkbox_entry with the stack the kernel made (argc, argv, NULL, envp, NULL):
+// decides whether bulk mapping pays here, and if so does it.
+extern "C" __attribute__((no_stack_protector, used)) void forkbox_start_early(uintptr_t initial_stack) {
+    using forkbox::prefault::Decision;
+    auto* argc = reinterpret_cast<const long*>(initial_stack);
+    auto* envp = reinterpret_cast<char* const*>(initial_stack + sizeof(long)) + *argc + 1;
+    Decision d = forkbox::prefault::decide(envp, early_phdrs(), __ehdr_start.e_phnum, early_bias(),
+                                           reinterpret_cast<uintptr_t>(&forkbox_start_early), raw_madvise);
+    forkbox::prefault::decision = d;
+    if (d == Decision::populate) forkbox_populate_early(initial_stack);
 }
 
 // The static forkbox's entry point (`-e forkbox_entry`): populate, then glibc's _start with
@@ -150,7 +272,7 @@ forkbox_entry:
     mov %rsp, %r13
     mov %rsp, %rdi
     and $-16, %rsp
-    call forkbox_populate_early
+    call forkbox_start_early
     mov %r13, %rsp
     mov %r12, %rdx
     jmp _start

@@ -109,7 +109,7 @@ Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind, int 
     pid_t pid = sys::clone3_fork(CLONE_PARENT | CLONE_NEWUSER | CLONE_NEWPID, cgroup_fd, &pidfd);
     if (pid < 0) return sys_error("clone the sandbox");
     if (pid == 0) {
-        prefault::populate_text();
+        if (prefault::pays()) prefault::populate_text();
         EmbryoSetup s;
         s.plan = plan;
         s.cgroup_layout = &c_.layout;
