@@ -6,11 +6,11 @@ The daemon must run with FORKBOX_TRACE=TRACE (its service and every sandbox's in
 call to the same file and prints, per mark, the median time since the call began:
 
     FORKBOX_TRACE=/dev/shm/t forkbox daemon --socket /dev/shm/s &
-    bench/sandbox-critical-path.py /dev/shm/s /dev/shm/t [RUNS] [CMD]
+    bench/sandbox-critical-path.py [--session] /dev/shm/s /dev/shm/t [RUNS] [CMD]
 
 RUNS (default 100) calls of run(CMD) (default "true"), PAUSE_S (environment, default 0.2)
 apart so the pool is refilled and the daemon idle, as an agent waiting for its model leaves
-it. Use Debian's /usr/bin/python3; the SDK is imported from python/ beside this file.
+it. With --session, the runs are a session's (Forkbox.create(), then sb.run(CMD)). Use Debian's /usr/bin/python3; the SDK is imported from python/ beside this file.
 """
 import collections
 import os
@@ -23,13 +23,18 @@ from forkbox import Forkbox  # noqa: E402
 
 
 def main() -> None:
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    session = "--session" in args
+    args = [a for a in args if a != "--session"]
+    if len(args) < 2:
         sys.exit(__doc__)
-    sock, trace = sys.argv[1], sys.argv[2]
-    runs = int(sys.argv[3]) if len(sys.argv) > 3 else 100
-    cmd = sys.argv[4] if len(sys.argv) > 4 else "true"
+    sock, trace = args[0], args[1]
+    runs = int(args[2]) if len(args) > 2 else 100
+    cmd = args[3] if len(args) > 3 else "true"
     pause = float(os.environ.get("PAUSE_S", "0.2"))
     client = Forkbox(socket=sock)
+    if session:
+        client = client.create()
     fd = os.open(trace, os.O_WRONLY | os.O_APPEND)
 
     def mark(label: str) -> None:
@@ -45,6 +50,8 @@ def main() -> None:
         client.run(cmd)
         mark("client: returned")
     os.close(fd)
+    if session:
+        client.close()
 
     lines = sorted((int(t), label) for _, t, label in (line.split(None, 2) for line in open(trace).read().splitlines()))
     calls, current = [], None

@@ -757,6 +757,7 @@ bool python_is_going(pid_t pid) {
             while ((pid = ::wait4(-1, &status, WNOHANG, &usage)) > 0) {
                 auto it = leaders.find(pid);
                 if (it == leaders.end()) continue;  // an orphan, or a warm Python
+                trace::mark("embryo: session run reaped");
                 ended(it->second, usage_text(status, usage));
                 leaders.erase(it);
             }
@@ -822,6 +823,7 @@ bool python_is_going(pid_t pid) {
             continue;
         }
         if ((tag != 'G' && tag != 'O') || fds.size() != 3) continue;
+        trace::mark("embryo: session run received");
         int stdio[3] = {fds[0].get(), fds[1].get(), fds[2].get()};
         pid_t pid = -1;
         if (tag == 'G') {
@@ -862,6 +864,7 @@ bool python_is_going(pid_t pid) {
             c.limit_address = limits.address_limit != 0;
             c.address = rlimit{limits.address_limit, limits.address_limit};
             pid = spawn(c, stdio);
+            trace::mark("embryo: session run spawned");
             if (pid > 0 && exec_errno) {
                 int e = exec_errno;
                 std::string what = e == ENOENT && ::access(release->cwd.c_str(), F_OK) < 0 ? "cwd " + release->cwd

@@ -15,6 +15,7 @@
 #include "libforkbox/base/json.hpp"
 #include "libforkbox/base/log.hpp"
 #include "libforkbox/base/syscalls.hpp"
+#include "libforkbox/base/trace.hpp"
 #include "libforkbox/base/unix_socket.hpp"
 #include "libforkbox/cgroup/freezer.hpp"
 #include "libforkbox/cgroup/oom.hpp"
@@ -243,6 +244,7 @@ void Server::on_session_message(Embryo& e, std::string_view m, std::vector<uniqu
         return;
     }
     if (tag != 'w' || r.exited) return;
+    trace::mark("sandbox: session run ended");
     take_end_report(r, rest);
     r.timer.reset();
     // The run is its first process: what it wrote is in the pipes now. What it left running
@@ -315,6 +317,7 @@ void Server::start_in_session(Run& r, Session& s) {
         fail_run(r, ErrorKind::SandboxError, "could not start the command: " + sent.error().what());
         return;
     }
+    trace::mark("sandbox: session run sent");
     r.started = true;
     arm_deadline(r);
     watch_pipes(r);
