@@ -7,6 +7,7 @@
 
 #include "libforkbox/base/fd.hpp"
 #include "libforkbox/sandbox/request.hpp"
+#include "libforkbox/sandbox/service.hpp"
 #include "libforkbox/sandbox/tree.hpp"
 
 using namespace forkbox;
@@ -219,3 +220,61 @@ TEST(CopyTree, CopiesWhatAForkCarriesWithoutFollowingOrOpeningIt) {
         ::rmdir(root.c_str());
     }
 }
+
+namespace forkbox::sandbox {
+namespace {
+
+std::string report_ending_at(Clock::time_point at) {
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count();
+    return "0 10 20 3000 0 " + std::to_string(ns);
+}
+
+// The end a run's init reports is when it reaped the command; the service reads it a
+// wake-up later. That later moment is not the command's: duration_ms ends at the reaping.
+TEST(EndReport, EndsTheRunWhenItsInitReapedTheCommand) {
+    sandbox::Run r;
+    r.released = Clock::now() - std::chrono::milliseconds(20);
+    auto reaped = r.released + std::chrono::milliseconds(7);
+    take_end_report(r, report_ending_at(reaped));
+    EXPECT_TRUE(r.exited);
+    EXPECT_EQ(r.status, 0);
+    EXPECT_EQ(r.ended, reaped);
+    EXPECT_EQ(r.usage.ru_maxrss, 3000);
+}
+
+TEST(EndReport, AnEndBeforeTheDeadlineReportedAfterItIsNotATimeout) {
+    sandbox::Run r;
+    r.released = Clock::now() - std::chrono::milliseconds(20);
+    r.request.timeout_ms = 10;
+    r.deadline = r.released + std::chrono::milliseconds(10);
+    r.timed_out = true;  // the timer's event came before the report
+    take_end_report(r, report_ending_at(r.released + std::chrono::milliseconds(9)));
+    EXPECT_FALSE(r.timed_out);
+    // Reaped after the deadline: the kill did it.
+    sandbox::Run late;
+    late.released = r.released;
+    late.request.timeout_ms = 10;
+    late.deadline = r.deadline;
+    late.timed_out = true;
+    take_end_report(late, report_ending_at(late.released + std::chrono::milliseconds(11)));
+    EXPECT_TRUE(late.timed_out);
+}
+
+// The init runs beside untrusted code: an end before the release or after now is not taken.
+TEST(EndReport, AnImpossibleEndIsNotTaken) {
+    for (auto offset : {std::chrono::milliseconds(-5), std::chrono::milliseconds(60000)}) {
+        sandbox::Run r;
+        r.released = Clock::now() - std::chrono::milliseconds(20);
+        auto before = Clock::now();
+        take_end_report(r, report_ending_at(r.released + offset));
+        EXPECT_GE(r.ended, before);
+    }
+    sandbox::Run old_format;
+    old_format.released = Clock::now();
+    auto before = Clock::now();
+    take_end_report(old_format, "0 10 20 3000 0");
+    EXPECT_GE(old_format.ended, before);
+}
+
+}  // namespace
+}  // namespace forkbox::sandbox

@@ -406,6 +406,14 @@ pid_t spawn(const Command& c, const int* stdio) {
     ::_exit(err == ENOENT ? 127 : 126);
 }
 
+// CLOCK_MONOTONIC in ns, the daemon's steady clock (a sandbox has no time namespace): when a
+// command ended, as its end report says, so duration_ms does not count the report's trip.
+std::string monotonic_ns_text() {
+    timespec t{};
+    ::clock_gettime(CLOCK_MONOTONIC, &t);
+    return std::to_string(static_cast<long long>(t.tv_sec) * 1000000000LL + t.tv_nsec);
+}
+
 std::string usage_text(int status, const rusage& usage) {
     return std::to_string(status) + " " + std::to_string(usage.ru_utime.tv_sec * 1000000 + usage.ru_utime.tv_usec) + " " +
            std::to_string(usage.ru_stime.tv_sec * 1000000 + usage.ru_stime.tv_usec) + " " + std::to_string(usage.ru_maxrss);
@@ -426,10 +434,11 @@ Result<void> drop_every_capability() {
         if (p == command) break;
         if (p < 0 && errno != EINTR) ::_exit(1);
     }
+    std::string reaped_at = monotonic_ns_text();
     trace::mark("embryo: command reaped");
     int64_t used = stage_used();
     send_text(control, "W" + usage_text(status, usage) + " " +
-                           std::to_string(used >= 0 && used_before >= 0 ? used - used_before : 0));
+                           std::to_string(used >= 0 && used_before >= 0 ? used - used_before : 0) + " " + reaped_at);
     // The command's code as ours too, for a daemon that reaps us before reading "W".
     ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 }
@@ -713,9 +722,10 @@ bool python_is_going(pid_t pid) {
     auto ended = [&](uint64_t id, const std::string& usage) {
         python_runs.erase(id);
         pending_kills.erase(id);
+        std::string ended_at = monotonic_ns_text();
         int64_t before = used_at_start.count(id) ? used_at_start[id] : -1, now = stage_used();
         send_text(control, "w" + std::to_string(id) + " " + usage + " " +
-                               std::to_string(before >= 0 && now >= 0 ? now - before : 0));
+                               std::to_string(before >= 0 && now >= 0 ? now - before : 0) + " " + ended_at);
         used_at_start.erase(id);
         groups.erase(id);
     };

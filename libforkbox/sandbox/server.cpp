@@ -649,15 +649,25 @@ void Server::on_control(uint64_t embryo_id) {
     }
 }
 
-// "<wait status> <user us> <system us> <max rss KiB> <written bytes>": a run's end, from
-// its sandbox's init ("W", or "w<id> " in a session).
+// "<wait status> <user us> <system us> <max rss KiB> <written bytes> [<ended, monotonic ns>]":
+// a run's end, from its sandbox's init ("W", or "w<id> " in a session). The end is when the
+// init reaped the command, not when this process got to the report (an idle vCPU's wake-up
+// later): taken when it lies between the release and now (the init runs beside untrusted code).
 void take_end_report(Run& r, std::string_view report) {
-    unsigned long long status = 0, user_us = 0, system_us = 0, rss_kb = 0;
+    unsigned long long status = 0, user_us = 0, system_us = 0, rss_kb = 0, ended_ns = 0;
     long long written = 0;
-    std::sscanf(std::string(report).c_str(), "%llu %llu %llu %llu %lld", &status, &user_us, &system_us, &rss_kb, &written);
+    std::sscanf(std::string(report).c_str(), "%llu %llu %llu %llu %lld %llu", &status, &user_us, &system_us, &rss_kb,
+                &written, &ended_ns);
     r.exited = true;
     r.status = static_cast<int>(status);
     r.ended = Clock::now();
+    Clock::time_point reported{std::chrono::nanoseconds(ended_ns)};
+    if (ended_ns != 0 && reported >= r.released && reported <= r.ended) {
+        r.ended = reported;
+        // Ended before its deadline, reported after it (the timer's event came first): not
+        // timed out, whatever the deadline's handling did to what the command left behind.
+        if (r.timed_out && r.request.timeout_ms && r.ended < r.deadline) r.timed_out = false;
+    }
     r.usage.ru_utime.tv_sec = static_cast<time_t>(user_us / 1000000);
     r.usage.ru_utime.tv_usec = static_cast<suseconds_t>(user_us % 1000000);
     r.usage.ru_stime.tv_sec = static_cast<time_t>(system_us / 1000000);
@@ -1267,6 +1277,7 @@ void Server::on_deadline(Run& r) {
         return;
     }
     r.timed_out = true;
+    trace::mark("sandbox: deadline");
     if (!r.session.empty()) {
         kill_sandbox(r);
     } else {
