@@ -140,15 +140,26 @@ template <typename Advise>
     return bulk_mapping_pays(measured_at_start) ? Decision::populate : Decision::fault;
 }
 
+// The executable's program headers as the kernel told us (libc running): none when absent.
+struct ProgramHeaders {
+    const ElfW(Phdr)* phdrs = nullptr;
+    size_t count = 0;
+    uintptr_t bias = 0;  // the load bias: 0 for the static forkbox, the PIE's base for the unit tests
+};
+
+ProgramHeaders executable_headers() {
+    ProgramHeaders h;
+    h.phdrs = reinterpret_cast<const ElfW(Phdr)*>(::getauxval(AT_PHDR));
+    h.count = h.phdrs ? ::getauxval(AT_PHNUM) : 0;
+    for (size_t i = 0; i < h.count; ++i)
+        if (h.phdrs[i].p_type == PT_PHDR) h.bias = reinterpret_cast<uintptr_t>(h.phdrs) - h.phdrs[i].p_vaddr;
+    return h;
+}
+
 void populate_executable_segments(bool read_only_only) {
-    const auto* phdrs = reinterpret_cast<const ElfW(Phdr)*>(::getauxval(AT_PHDR));
-    size_t count = ::getauxval(AT_PHNUM);
-    if (!phdrs || count == 0) return;
-    // The load bias: 0 for the static forkbox, the PIE's base for the unit tests.
-    uintptr_t bias = 0;
-    for (size_t i = 0; i < count; ++i)
-        if (phdrs[i].p_type == PT_PHDR) bias = reinterpret_cast<uintptr_t>(phdrs) - phdrs[i].p_vaddr;
-    populate_segments(phdrs, count, bias, populate, read_only_only);
+    ProgramHeaders h = executable_headers();
+    if (h.count == 0) return;
+    populate_segments(h.phdrs, h.count, h.bias, populate, read_only_only);
 }
 
 }  // namespace
@@ -191,13 +202,8 @@ namespace {
 // Before glibc's and libstdc++'s constructors, which are the first to fault on most pages.
 void populate_at_start(int, char**, char** envp) {
     if (decision == Decision::undecided) {
-        const auto* phdrs = reinterpret_cast<const ElfW(Phdr)*>(::getauxval(AT_PHDR));
-        size_t count = ::getauxval(AT_PHNUM);
-        uintptr_t bias = 0;
-        for (size_t i = 0; phdrs && i < count; ++i)
-            if (phdrs[i].p_type == PT_PHDR) bias = reinterpret_cast<uintptr_t>(phdrs) - phdrs[i].p_vaddr;
-        decision = decide(envp, phdrs, phdrs ? count : 0, bias, reinterpret_cast<uintptr_t>(&populate_at_start),
-                          populate);
+        ProgramHeaders h = executable_headers();
+        decision = decide(envp, h.phdrs, h.count, h.bias, reinterpret_cast<uintptr_t>(&populate_at_start), populate);
         if (decision == Decision::populate) {
             populate_executable();
             populate_stack();
