@@ -301,7 +301,10 @@ Result<void> start_container(const StateStore& store, const std::string& id) {
     FB_ASSIGN(unique_fd pidfd, open_pidfd(info.state.pid, info.state.pid_start_time));
     unique_fd fifo(::openat(dir.fd(), kExecFifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC));
     if (!fifo) return sys_error("open exec fifo");
-    // Wait for init's byte, or for init to die (then report it rather than hang).
+    // Wait for init's byte, or for init to die (then report it rather than hang). Only the
+    // pidfd says init died: a hang-up with no byte says only that some writer came and went
+    // without writing (the fifo is 0622, as runc's; or an open of init's that did not
+    // complete). Reopened, the fifo forgets that writer, and the wait goes on.
     for (;;) {
         struct pollfd fds[2] = {{fifo.get(), POLLIN, 0}, {pidfd.get(), POLLIN, 0}};
         int r = ::poll(fds, 2, -1);
@@ -317,7 +320,10 @@ Result<void> start_container(const StateStore& store, const std::string& id) {
             return fail(EPIPE, "container init exited before start");
         }
         if (fds[1].revents) return fail(ESRCH, "container init exited before start");
-        if (fds[0].revents & POLLHUP) return fail(EPIPE, "container init exited before start");
+        if (fds[0].revents & POLLHUP) {
+            fifo.reset(::openat(dir.fd(), kExecFifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+            if (!fifo) return sys_error("open exec fifo");
+        }
     }
     trace::mark("start: released");
     ::unlinkat(dir.fd(), kExecFifo, 0);
