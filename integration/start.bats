@@ -153,8 +153,10 @@ process"
 	assert_failure
 }
 
-# The exec fifo is 0622, as runc's: a writer may come and go without writing while `start`
-# waits (seen in soaks, once in a few hundred zygote runs). Its hang-up is not init's death.
+# A hang-up of the exec fifo is not init's death: the fifo is 0622, as runc's, so a writer may
+# come and go without writing while `start` waits; and poll can report the hang-up of a stub
+# that wrote and exec'd at once before the byte it wrote (the soak's failures, see
+# RELIABILITY.md). Only init's pidfd ends the wait.
 @test "start waits on through a writer of the exec fifo that comes and goes without writing" {
 	skip_if_runc "FORKBOX_TEST_STOP_AT is forkbox's own"
 	source "$REPO_DIR/tests/reliability/kills-lib.bash"

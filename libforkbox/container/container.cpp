@@ -301,10 +301,11 @@ Result<void> start_container(const StateStore& store, const std::string& id) {
     FB_ASSIGN(unique_fd pidfd, open_pidfd(info.state.pid, info.state.pid_start_time));
     unique_fd fifo(::openat(dir.fd(), kExecFifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC));
     if (!fifo) return sys_error("open exec fifo");
-    // Wait for init's byte, or for init to die (then report it rather than hang). Only the
-    // pidfd says init died: a hang-up with no byte says only that some writer came and went
-    // without writing (the fifo is 0622, as runc's; or an open of init's that did not
-    // complete). Reopened, the fifo forgets that writer, and the wait goes on.
+    // Wait for init's byte, or for init to die (then report it rather than hang). A hang-up
+    // is read too: poll reads the pipe's contents before its writers without a lock, so a
+    // stub that writes and execs at once can show a hang-up without the byte that is there.
+    // Only the pidfd says init died: an end of file says a writer came and went without
+    // writing (the fifo is 0622, as runc's), and a reader opened anew forgets it.
     for (;;) {
         struct pollfd fds[2] = {{fifo.get(), POLLIN, 0}, {pidfd.get(), POLLIN, 0}};
         int r = ::poll(fds, 2, -1);
@@ -312,18 +313,17 @@ Result<void> start_container(const StateStore& store, const std::string& id) {
             if (errno == EINTR) continue;
             return sys_error("poll exec fifo");
         }
-        if (fds[0].revents & POLLIN) {
+        if (fds[0].revents & (POLLIN | POLLHUP)) {
             char c;
             ssize_t n = ::read(fifo.get(), &c, 1);
             if (n == 1) break;
-            if (n < 0 && errno == EAGAIN) continue;
-            return fail(EPIPE, "container init exited before start");
+            if (n < 0 && errno != EAGAIN && errno != EINTR) return sys_error("read exec fifo");
+            if (n == 0) {
+                fifo.reset(::openat(dir.fd(), kExecFifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+                if (!fifo) return sys_error("open exec fifo");
+            }
         }
         if (fds[1].revents) return fail(ESRCH, "container init exited before start");
-        if (fds[0].revents & POLLHUP) {
-            fifo.reset(::openat(dir.fd(), kExecFifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-            if (!fifo) return sys_error("open exec fifo");
-        }
     }
     trace::mark("start: released");
     ::unlinkat(dir.fd(), kExecFifo, 0);
