@@ -299,7 +299,8 @@ Result<void> start_container(const StateStore& store, const std::string& id) {
     if (info.status != Status::Created) return fail(EINVAL, "cannot start an already running container");
 
     FB_ASSIGN(unique_fd pidfd, open_pidfd(info.state.pid, info.state.pid_start_time));
-    unique_fd fifo(::openat(dir.fd(), kExecFifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+    auto open_fifo = [&dir] { return unique_fd(::openat(dir.fd(), kExecFifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC)); };
+    unique_fd fifo = open_fifo();
     if (!fifo) return sys_error("open exec fifo");
     // Wait for init's byte, or for init to die (then report it rather than hang). A hang-up
     // is read too: poll reads the pipe's contents before its writers without a lock, so a
@@ -318,10 +319,7 @@ Result<void> start_container(const StateStore& store, const std::string& id) {
             ssize_t n = ::read(fifo.get(), &c, 1);
             if (n == 1) break;
             if (n < 0 && errno != EAGAIN && errno != EINTR) return sys_error("read exec fifo");
-            if (n == 0) {
-                fifo.reset(::openat(dir.fd(), kExecFifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-                if (!fifo) return sys_error("open exec fifo");
-            }
+            if (n == 0 && !(fifo = open_fifo())) return sys_error("open exec fifo");
         }
         if (fds[1].revents) return fail(ESRCH, "container init exited before start");
     }

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <set>
@@ -406,12 +407,11 @@ pid_t spawn(const Command& c, const int* stdio) {
     ::_exit(err == ENOENT ? 127 : 126);
 }
 
-// CLOCK_MONOTONIC in ns, the daemon's steady clock (a sandbox has no time namespace): when a
-// command ended, as its end report says, so duration_ms does not count the report's trip.
+// Now on the service's steady clock, in ns (a sandbox has no time namespace): when a command
+// ended, as its end report says, so duration_ms does not count the report's trip.
 std::string monotonic_ns_text() {
-    timespec t{};
-    ::clock_gettime(CLOCK_MONOTONIC, &t);
-    return std::to_string(static_cast<long long>(t.tv_sec) * 1000000000LL + t.tv_nsec);
+    auto now = std::chrono::steady_clock::now().time_since_epoch();
+    return std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
 }
 
 std::string usage_text(int status, const rusage& usage) {
