@@ -8,6 +8,7 @@
 # with that user's daemon. bench/sandbox_bench.py is the timing loop (Debian's /usr/bin/python3).
 #
 # usage: bench/sandbox.sh [-n RUNS] [-f RUNS] [-w RUNS] [-t SECONDS] [--no-rootless] [--rootless-only]
+#                         [--no-settle] [--pause-ms MS]
 #   -n RUNS          timed iterations of the latency loop (default 200)
 #   -f RUNS          timed firejail runs, spread over the loop (default 50: it is slow)
 #   -w RUNS          watchdog runs (default 200, 0.5 s each)
@@ -15,6 +16,9 @@
 #   --no-rootless    leave out the unprivileged section
 #   --rootless-only  only the unprivileged section
 #   --no-settle      no wait for an idle daemon with a full pool before each timed latency run
+#   --pause-ms MS    then MS of idle (sleep) before each timed run of the latency loop and the
+#                    sessions section, as an agent waiting for its model leaves the machine:
+#                    caches cool, CPUs idle (default 0: the settle's polling keeps them warm)
 # environment: FORKBOX (default build/forkbox; copied, so a rebuild mid-run changes nothing),
 #   SANDBOX_CLIENT (default build/sandbox-client), RUNC (the bundle's config template),
 #   BENCH_USER (default fbrootless, uid 23456: made when missing, as bench/rootless.sh does)
@@ -42,6 +46,7 @@ while [[ $# -gt 0 ]]; do
 	--no-rootless) rootless_section=0; shift ;;
 	--rootless-only) root_section=0; shift ;;
 	--no-settle) extra+=(--no-settle); shift ;;
+	--pause-ms) extra+=(--pause-ms "$2"); shift 2 ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "sandbox.sh: unknown argument $1" >&2; exit 2 ;;
 	esac

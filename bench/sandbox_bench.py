@@ -56,6 +56,9 @@ ap.add_argument("--fork-n", type=int, default=20, help="timed forks per size and
 ap.add_argument("--label", default="root")
 ap.add_argument("--no-settle", dest="settle", action="store_false",
                 help="no wait for an idle daemon with a full pool before each timed run")
+ap.add_argument("--pause-ms", type=float, default=0,
+                help="then an idle pause (sleep) before each timed run, as an agent waiting for its model "
+                     "leaves the machine: caches cool, CPUs idle; 0: none (the settle's polling keeps them warm)")
 args = ap.parse_args()
 sections = set(args.sections.split(","))
 
@@ -423,6 +426,13 @@ def settle(full):
         time.sleep(0.0005)
 
 
+def idle_pause():
+    """--pause-ms: the machine idle before a timed run (after settle, whose polling keeps the
+    CPUs awake and the client's code in cache)."""
+    if args.pause_ms > 0:
+        time.sleep(args.pause_ms / 1000.0)
+
+
 results = {}
 
 
@@ -448,6 +458,7 @@ def latency():
                 continue
             if args.settle:
                 settle(full)
+            idle_pause()
             t = once(s)
             if t is not None:
                 s.samples.append(t)
@@ -470,6 +481,9 @@ def latency():
               "loop: back-to-back, no wait" % (full, ", %d waits timed out" % settle_timeouts[0] if settle_timeouts[0] else ""))
     else:
         print("  no wait for the daemon between runs (--no-settle): a sandbox may wait for the pool's refill")
+    if args.pause_ms > 0:
+        print("  then %g ms idle (--pause-ms) before every timed run: caches cool, CPUs idle, as between an agent's calls"
+              % args.pause_ms)
     print("  meanwhile: " + load)
     print("  spawned subjects: os.posix_spawn + waitpid, stdin/stdout/stderr /dev/null (the snippet's stdout: a pipe, "
           "checked); in-process subjects: the call alone")
@@ -693,6 +707,7 @@ def sessions():
         for name, group, fn in order:
             if args.settle:
                 settle(full)
+            idle_pause()
             if fn is None:
                 samples[name].append(spawn(["python3", "-c", SNIPPET], SNIPPET_OUT))
                 continue

@@ -229,6 +229,18 @@ clone3 ENOSYS"
 	assert_equal "$(stat -c '%u %g' "$TDIR/share/out")" "0 0"
 }
 
+@test "sandbox: a FIFO or a text file bound over /bin/sh does not hold up the sandbox's making" {
+	# An embryo reads its shell's ELF headers while it is built (libforkbox/sandbox/warm.cpp):
+	# a FIFO there must not block it, nor garbage upset it.
+	mkfifo "$TDIR/fifo"
+	printf 'not an ELF file' >"$TDIR/text"
+	for source in fifo text; do
+		run --separate-stderr sb -v "$TDIR/$source:/bin/sh" -- /usr/bin/stat -L -c %F /bin/sh
+		assert_success
+		assert_output "$([[ $source == fifo ]] && echo fifo || echo 'regular file')"
+	done
+}
+
 @test "sandbox: a missing mount source and a destination under /proc are refused with a message" {
 	run --separate-stderr sb -v "$TDIR/missing:/work" -- true
 	assert_failure

@@ -35,6 +35,7 @@
 #include "libforkbox/process/landlock.hpp"
 #include "libforkbox/process/namespaces.hpp"
 #include "libforkbox/sandbox/tree.hpp"
+#include "libforkbox/sandbox/warm.hpp"
 
 namespace forkbox::sandbox {
 
@@ -304,6 +305,8 @@ Result<void> build(const EmbryoSetup& s, int lower_tree, int fork_source) {
     if (!tree.stage) return sys_error("open_tree " + s.stage);
     FB_TRY(enter_rootfs(plan.rootfs, false));
     FB_TRY(finalize_rootfs(ctx));
+    // A shell line is `/bin/sh -c`: its start's lookups are made now, off the request's path.
+    warm_program_lookups("/bin/sh");
 
     // Hardening, in the order the kernel needs: the bounding set (needs CAP_SETPCAP), the
     // other sets, no_new_privs, then the filter (which allows what the release still does).
