@@ -379,9 +379,12 @@ def fork_count(n: object) -> int:
     return n  # type: ignore[return-value]
 
 
+# One encoder for every request: json.dumps with options builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def _frame(verb: str, obj: Mapping[str, Any]) -> bytes:
-    body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return f"sandbox/{PROTOCOL_VERSION} {verb}\n".encode("ascii") + body.encode("utf-8")
+    return f"sandbox/{PROTOCOL_VERSION} {verb}\n".encode("ascii") + _ENCODER.encode(obj).encode("utf-8")
 
 
 def encode_request(verb: str, request: Mapping[str, Any]) -> bytes:

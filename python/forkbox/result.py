@@ -125,44 +125,35 @@ class RunResult:
         Raises:
             ProtocolError: the object is not a result (no integer ``exit_code``).
         """
-        if not isinstance(obj, Mapping):
+        if type(obj) is not dict and not isinstance(obj, Mapping):  # dict first: the ABC check is slow
             raise ProtocolError(f"daemon sent a result that is not an object: {obj!r}")
         exit_code = obj.get("exit_code")
-        if not isinstance(exit_code, int) or isinstance(exit_code, bool):
+        if type(exit_code) is not int and (not isinstance(exit_code, int) or isinstance(exit_code, bool)):
             raise ProtocolError(f"daemon sent a result without an integer exit_code: {dict(obj)!r}")
-
-        def opt_int(key: str) -> Optional[int]:
-            v = obj.get(key)
-            return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-        def opt_float(key: str) -> Optional[float]:
-            return _opt_number(obj, key)
-
-        def count(key: str, default: int) -> int:
-            v = opt_int(key)
-            return v if v is not None else default
-
         limits_obj = obj.get("limits")
-        limits = {str(k): str(v) for k, v in limits_obj.items()} if isinstance(limits_obj, Mapping) else {}
+        limits = ({str(k): str(v) for k, v in limits_obj.items()}
+                  if type(limits_obj) is dict or isinstance(limits_obj, Mapping) else {})
         exec_error = obj.get("exec_error")
-        duration = opt_float("duration_ms")
-        stdout_dropped = count("stdout_dropped", 0)
-        stderr_dropped = count("stderr_dropped", 0)
+        duration = _opt_number(obj, "duration_ms")
+        stdout_dropped = _opt_int(obj, "stdout_dropped") or 0
+        stderr_dropped = _opt_int(obj, "stderr_dropped") or 0
+        stdout_written = _opt_int(obj, "stdout_bytes")
+        stderr_written = _opt_int(obj, "stderr_bytes")
         return cls(
             stdout_bytes=bytes(stdout),
             stderr_bytes=bytes(stderr),
             exit_code=exit_code,
-            signal=opt_int("signal"),
+            signal=_opt_int(obj, "signal"),
             timed_out=obj.get("timed_out") is True,
             oom_killed=obj.get("oom_killed") is True,
             duration_ms=duration if duration is not None else 0.0,
             stdout_dropped=stdout_dropped,
             stderr_dropped=stderr_dropped,
-            stdout_written=count("stdout_bytes", len(stdout) + stdout_dropped),
-            stderr_written=count("stderr_bytes", len(stderr) + stderr_dropped),
-            cpu_ms=opt_float("cpu_ms"),
-            peak_memory_bytes=opt_int("peak_memory_bytes"),
-            written_bytes=opt_int("written_bytes"),
+            stdout_written=stdout_written if stdout_written is not None else len(stdout) + stdout_dropped,
+            stderr_written=stderr_written if stderr_written is not None else len(stderr) + stderr_dropped,
+            cpu_ms=_opt_number(obj, "cpu_ms"),
+            peak_memory_bytes=_opt_int(obj, "peak_memory_bytes"),
+            written_bytes=_opt_int(obj, "written_bytes"),
             limits=limits,
             exec_error=exec_error if isinstance(exec_error, str) else None,
             raw=dict(obj),
