@@ -98,6 +98,25 @@ TEST(SyncPeerGone, AClosedPeerIsGoneEvenWithAMessageQueued) {
     ::close(sv[1]);
 }
 
+// The init failed and exited with our last message unread: the kernel resets our end and
+// reports that before the error the init sent; the error must still be what we read (CI
+// saw "sync: receive: Connection reset by peer" in place of a mount error once).
+TEST(SyncRecv, APeerThatExitedWithOurMessageUnreadStillDeliversWhatItSent) {
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    ASSERT_TRUE(sync_send(sv[1], SyncType::Go));  // the parent's, never read
+    ASSERT_TRUE(sync_send(sv[0], SyncType::Error, EINVAL, "mount proc: must be mounted on ordinary directory"));
+    ::close(sv[0]);
+    auto error = sync_recv(sv[1]);
+    ASSERT_TRUE(error) << error.error().what();
+    EXPECT_EQ(error->type, SyncType::Error);
+    EXPECT_EQ(error->payload, "mount proc: must be mounted on ordinary directory");
+    auto eof = sync_recv(sv[1]);
+    ASSERT_FALSE(eof);
+    EXPECT_EQ(eof.error().errnum(), EPIPE);
+    ::close(sv[1]);
+}
+
 // A child that reads FORKBOX_TEST_STOP_AT, passes `before`, then marks `label` twice.
 pid_t child_marking(const char* stop_at, const char* before, const char* label) {
     pid_t pid = ::fork();

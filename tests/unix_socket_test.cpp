@@ -136,3 +136,22 @@ TEST(ReceiveBuffer, IsNotWrittenUntilAMessageFillsIt) {
     ASSERT_TRUE(n) << n.error().what();
     EXPECT_EQ(std::string_view(buf.data(), *n), message);
 }
+
+// An embryo that fails sends its error and exits, maybe with the daemon's last message unread:
+// the kernel then resets the daemon's end and reports it before the error. The error is read.
+TEST(ReceiveMessage, APeerThatExitedWithOurMessageUnreadStillDeliversWhatItSent) {
+    int sp[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp), 0);
+    ASSERT_TRUE(send_with_fds(sp[1], "M", {}, "test"));  // never read
+    ASSERT_TRUE(send_with_fds(sp[0], "Dthe overlay: Permission denied", {}, "test"));
+    ::close(sp[0]);
+    std::string buf(4096, '\0');
+    std::vector<unique_fd> fds;
+    auto n = receive_message(sp[1], buf, fds, "test");
+    ASSERT_TRUE(n) << n.error().what();
+    EXPECT_EQ(buf.substr(0, *n), "Dthe overlay: Permission denied");
+    auto eof = receive_message(sp[1], buf, fds, "test");
+    ASSERT_TRUE(eof) << eof.error().what();
+    EXPECT_EQ(*eof, 0u);
+    ::close(sp[1]);
+}

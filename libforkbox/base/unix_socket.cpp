@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 
 namespace forkbox {
@@ -42,8 +43,18 @@ Result<size_t> receive_message(int sock, std::string& buf, std::vector<unique_fd
     msg.msg_control = control;
     msg.msg_controllen = sizeof control;
     ssize_t n;
-    do n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-    while (n < 0 && errno == EINTR);
+    bool reset_seen = false;
+    for (;;) {
+        n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+        if (n < 0 && errno == EINTR) continue;
+        // A peer that exited with our messages unread resets the socket, reported once and
+        // before what the peer sent first (its last words, mostly): read on.
+        if (n < 0 && errno == ECONNRESET && !reset_seen) {
+            reset_seen = true;
+            continue;
+        }
+        break;
+    }
     if (n < 0) return sys_error(std::string(what));
     for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
         if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;

@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <vector>
 
@@ -63,11 +64,21 @@ Result<void> sync_send(int fd, SyncType type, int32_t value, std::string_view pa
 Result<SyncMessage> sync_recv(int fd) {
     // The message's own size first (a SEQPACKET peek with MSG_TRUNC reports it): a buffer
     // of the largest size, zeroed, would fault in 200 KB on every message.
+    // A peer that exited with our last message unread resets the socket, and the kernel
+    // reports that before what the peer sent first (its error, mostly): the reset is
+    // reported once, so the next receive finds the message.
     char probe;
     ssize_t size;
-    do {
+    bool reset_seen = false;
+    for (;;) {
         size = ::recv(fd, &probe, 1, MSG_PEEK | MSG_TRUNC);
-    } while (size < 0 && errno == EINTR);
+        if (size < 0 && errno == EINTR) continue;
+        if (size < 0 && errno == ECONNRESET && !reset_seen) {
+            reset_seen = true;
+            continue;
+        }
+        break;
+    }
     if (size < 0) return sys_error("sync: receive");
     if (size == 0) return fail(EPIPE, "sync: peer exited");
     std::vector<char> buf(std::min(static_cast<size_t>(size), sizeof(Header) + kMaxPayload));
@@ -79,9 +90,15 @@ Result<SyncMessage> sync_recv(int fd) {
     msg.msg_control = control;
     msg.msg_controllen = sizeof control;
     ssize_t n;
-    do {
+    for (;;) {
         n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-    } while (n < 0 && errno == EINTR);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == ECONNRESET && !reset_seen) {  // the peer exited since the peek
+            reset_seen = true;
+            continue;
+        }
+        break;
+    }
     if (n < 0) return sys_error("sync: receive");
     if (n == 0) return fail(EPIPE, "sync: peer exited");
     if (static_cast<size_t>(n) < sizeof(Header)) return fail(EPROTO, "sync: short message");
