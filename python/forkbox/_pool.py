@@ -30,14 +30,15 @@ class IdleConnections:
 
     def __init__(self, owner: object) -> None:
         self._sockets: List[socket.socket] = []
-        self._pid = os.getpid()
         weakref.finalize(owner, _close_all, self._sockets)
+        _EVERY_POOL.add(self)
+
+    def forget(self) -> None:
+        """In a forked child: close this process's copies of the parent's connections."""
+        _close_all(self._sockets)
 
     def take(self) -> Optional[socket.socket]:
         """A kept connection the daemon still holds open, or None."""
-        if self._pid != os.getpid():
-            _close_all(self._sockets)  # the parent's: this process's copies only
-            self._pid = os.getpid()
         while True:
             try:
                 sock = self._sockets.pop()
@@ -53,7 +54,7 @@ class IdleConnections:
 
     def put(self, sock: socket.socket) -> None:
         """Keep ``sock`` (whose last request is over) for a later call, or close it."""
-        if len(self._sockets) < MAX_IDLE and self._pid == os.getpid():
+        if len(self._sockets) < MAX_IDLE:
             self._sockets.append(sock)
         else:
             sock.close()
@@ -61,3 +62,16 @@ class IdleConnections:
     def close(self) -> None:
         """Close every idle connection."""
         _close_all(self._sockets)
+
+
+# Every pool, so that a forked child starts with none of its parent's connections (checked at
+# the fork, not with a getpid per call).
+_EVERY_POOL: "weakref.WeakSet[IdleConnections]" = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    for pool in list(_EVERY_POOL):
+        pool.forget()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
