@@ -1002,8 +1002,19 @@ void embryo_main(const EmbryoSetup& s) {
 
     fds.clear();
     n = receive_message(control, buf, fds, "sandbox control");
+    // "N": our command's stdout and stderr, made while we wait in a pool; the release then
+    // carries stdin alone.
+    unique_fd output[2];
+    if (n && *n == 1 && buf[0] == 'N' && fds.size() == 2) {
+        output[0] = std::move(fds[0]);
+        output[1] = std::move(fds[1]);
+        fds.clear();
+        n = receive_message(control, buf, fds, "sandbox control");
+    }
     if (!n || *n < 1) ::_exit(1);
     if (buf[0] == 'L') {
+        output[0].reset();  // a session's runs have pipes of their own
+        output[1].reset();
         // A session: its limits, then its state as it begins (a diff's base) and "l" with
         // the stage, which the daemon keeps for forks.
         Release limits;
@@ -1020,6 +1031,10 @@ void embryo_main(const EmbryoSetup& s) {
         int stage = tree.stage.get();
         if (!send_with_fds(control, "l", std::span<const int>(&stage, 1), "sandbox control")) ::_exit(1);
         session_loop(control, limits);
+    }
+    if (fds.size() == 1 && output[0] && output[1]) {
+        fds.push_back(std::move(output[0]));
+        fds.push_back(std::move(output[1]));
     }
     if (*n <= 1 || buf[0] != 'G' || fds.size() != 3) ::_exit(1);
     trace::mark("embryo: released");

@@ -20,7 +20,9 @@
 //   embryo: "C" (a fork: the parent's state is copied), then
 //           "R" (ready) or "F<message>" (failed; it then exits); a warm Python's embryo
 //           starts python3 (pid 2) first and says "R <its CPU time so far, ns>"
+//   daemon: "N" + fds stdout, stderr: made while it waits in a pool (off the request's path)
 //   daemon: "G" + Release::encode() + fds stdin, stdout, stderr     run the command
+//           (after "N": fd stdin alone)
 //   embryo: "X<errno> <message>" when the command could not be started (its status is then
 //           126 or 127), and "W<wait status> <user us> <system us> <max rss KiB> <bytes>"
 //           when it ended (wait4 of the command alone; the growth of its writable layer).

@@ -114,6 +114,9 @@ struct Embryo {
     double python_cpu_ms = 0;  // a warm Python's CPU time when ready: not the request's either
     // Its cgroups' usage files, opened when it is ready so that a result costs one pread each.
     unique_fd cpu_usage, memory_peak, memory_events;
+    // A pooled embryo's stdout and stderr pipes, made while it waits ("N" gave it the write
+    // ends): their read ends. The release then carries stdin's fd alone.
+    unique_fd output_ready[2];
     bool cpu_usage_keyed = false;  // v2 cpu.stat (usage_usec) instead of v1 cpuacct.usage (ns)
     Clock::time_point asked = Clock::now();
     bool reaped = false;
@@ -232,7 +235,8 @@ private:
     void place(Run& r);
     void release(Run& r, Embryo& e);
     Result<void> apply_limits(Embryo& e, const oci::Resources& want);
-    bool open_pipes(Run& r, int* stdio, unique_fd* child_ends);
+    void make_output_pipes(Embryo& e);
+    size_t open_pipes(Run& r, Embryo& e, int* stdio, unique_fd* child_ends);  // 0: failed
     void arm_deadline(Run& r);
     void watch_pipes(Run& r);
     bool on_output(Run& r, int stream);  // false: nothing more to read now

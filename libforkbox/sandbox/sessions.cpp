@@ -167,6 +167,8 @@ Session* Server::find_session(const std::string& id, uid_t peer, Connection& con
 // A made embryo becomes a session: its limits, then "L"; it answers "l" with its stage.
 void Server::release_session(Run& r, Embryo& e) {
     e.state = Embryo::State::Session;
+    e.output_ready[0].reset();  // a pooled embryo's: each run of the session makes its own
+    e.output_ready[1].reset();
     Release limits;
     if (use_cgroups_) {
         if (auto applied = apply_limits(e, limits_for(r.make.memory_mb, r.make.pids, r.make.cpus)); !applied) {
@@ -300,7 +302,8 @@ void Server::start_in_session(Run& r, Session& s) {
     }
     int stdio[3];
     unique_fd child_ends[3];
-    if (!open_pipes(r, stdio, child_ends)) {
+    size_t carried = open_pipes(r, e, stdio, child_ends);  // a session's runs have pipes of their own
+    if (!carried) {
         fail_run(r, ErrorKind::SandboxError, "pipe: " + std::string(std::strerror(errno)));
         return;
     }
@@ -312,7 +315,7 @@ void Server::start_in_session(Run& r, Session& s) {
         if (n > 0) r.oom_kills_before = static_cast<uint64_t>(cgroup_keyed_value(std::string(buf, static_cast<size_t>(n)), "oom_kill"));
     }
     r.released = Clock::now();
-    auto sent = send_with_fds(e.control.get(), message, stdio, "sandbox release");
+    auto sent = send_with_fds(e.control.get(), message, std::span<const int>(stdio, carried), "sandbox release");
     if (!sent) {
         fail_run(r, ErrorKind::SandboxError, "could not start the command: " + sent.error().what());
         return;
