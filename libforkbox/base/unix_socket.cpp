@@ -33,6 +33,18 @@ Result<void> send_with_fds(int sock, std::string_view data, std::span<const int>
     return {};
 }
 
+ssize_t recvmsg_past_reset(int sock, msghdr* msg, int flags, bool& reset_seen) {
+    for (;;) {
+        ssize_t n = ::recvmsg(sock, msg, flags);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == ECONNRESET && !reset_seen) {
+            reset_seen = true;
+            continue;
+        }
+        return n;
+    }
+}
+
 Result<size_t> receive_message(int sock, std::string& buf, std::vector<unique_fd>& fds, std::string_view what) {
     constexpr size_t kMaxFds = 8;
     iovec iov{buf.data(), buf.size()};
@@ -42,19 +54,8 @@ Result<size_t> receive_message(int sock, std::string& buf, std::vector<unique_fd
     msg.msg_iovlen = 1;
     msg.msg_control = control;
     msg.msg_controllen = sizeof control;
-    ssize_t n;
     bool reset_seen = false;
-    for (;;) {
-        n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-        if (n < 0 && errno == EINTR) continue;
-        // A peer that exited with our messages unread resets the socket, reported once and
-        // before what the peer sent first (its last words, mostly): read on.
-        if (n < 0 && errno == ECONNRESET && !reset_seen) {
-            reset_seen = true;
-            continue;
-        }
-        break;
-    }
+    ssize_t n = recvmsg_past_reset(sock, &msg, MSG_CMSG_CLOEXEC, reset_seen);
     if (n < 0) return sys_error(std::string(what));
     for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
         if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;

@@ -1,6 +1,8 @@
 // Unix sockets: passing fds with a message (SCM_RIGHTS) and receiving them.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <functional>
 #include <span>
 #include <string>
@@ -22,6 +24,11 @@ Result<std::string> receive_with_fds(int sock, std::vector<unique_fd>& fds, std:
 // The same into `buf`, whose size is the most a message may be (the sandbox's releases are
 // larger than 4 KiB); returns the message's length, 0 at end of file.
 Result<size_t> receive_message(int sock, std::string& buf, std::vector<unique_fd>& fds, std::string_view what);
+
+// recvmsg, retried on EINTR, and once more after one ECONNRESET: a peer that exited with our
+// messages unread resets the socket, and the kernel reports that once, before what the peer
+// sent first (its last words, mostly). `reset_seen` spans the calls of one receive.
+ssize_t recvmsg_past_reset(int sock, msghdr* msg, int flags, bool& reset_seen);
 
 // A buffer of `bytes` for receive_message, left unwritten: filled with zeros it would take a
 // page fault for each of its pages (64 for a sandbox's release buffer, ~10 us each on these

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <vector>
 
+#include "libforkbox/base/unix_socket.hpp"
+
 namespace forkbox {
 
 namespace {
@@ -64,21 +66,14 @@ Result<void> sync_send(int fd, SyncType type, int32_t value, std::string_view pa
 Result<SyncMessage> sync_recv(int fd) {
     // The message's own size first (a SEQPACKET peek with MSG_TRUNC reports it): a buffer
     // of the largest size, zeroed, would fault in 200 KB on every message.
-    // A peer that exited with our last message unread resets the socket, and the kernel
-    // reports that before what the peer sent first (its error, mostly): the reset is
-    // reported once, so the next receive finds the message.
+    // Past a reset: init may have exited with our last message unread, its error sent.
     char probe;
-    ssize_t size;
+    struct iovec probe_iov {&probe, 1};
+    struct msghdr peek {};
+    peek.msg_iov = &probe_iov;
+    peek.msg_iovlen = 1;
     bool reset_seen = false;
-    for (;;) {
-        size = ::recv(fd, &probe, 1, MSG_PEEK | MSG_TRUNC);
-        if (size < 0 && errno == EINTR) continue;
-        if (size < 0 && errno == ECONNRESET && !reset_seen) {
-            reset_seen = true;
-            continue;
-        }
-        break;
-    }
+    ssize_t size = recvmsg_past_reset(fd, &peek, MSG_PEEK | MSG_TRUNC, reset_seen);
     if (size < 0) return sys_error("sync: receive");
     if (size == 0) return fail(EPIPE, "sync: peer exited");
     std::vector<char> buf(std::min(static_cast<size_t>(size), sizeof(Header) + kMaxPayload));
@@ -89,16 +84,7 @@ Result<SyncMessage> sync_recv(int fd) {
     msg.msg_iovlen = 1;
     msg.msg_control = control;
     msg.msg_controllen = sizeof control;
-    ssize_t n;
-    for (;;) {
-        n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && errno == ECONNRESET && !reset_seen) {  // the peer exited since the peek
-            reset_seen = true;
-            continue;
-        }
-        break;
-    }
+    ssize_t n = recvmsg_past_reset(fd, &msg, MSG_CMSG_CLOEXEC, reset_seen);
     if (n < 0) return sys_error("sync: receive");
     if (n == 0) return fail(EPIPE, "sync: peer exited");
     if (static_cast<size_t>(n) < sizeof(Header)) return fail(EPROTO, "sync: short message");

@@ -994,7 +994,6 @@ Result<void> Server::apply_limits(Embryo& e, const oci::Resources& limits) {
     return {};
 }
 
-// The run's pipes: ours in `r`, the command's ends in `child_ends` and `stdio`.
 // A pooled embryo's output pipes, made while it waits for a request, not on the request's
 // path: their sendmsg with fds was most of the release's cost (~50 us of ~120 between an
 // agent's calls). Without them (a failure here) the release carries all three.
@@ -1010,8 +1009,8 @@ void Server::make_output_pipes(Embryo& e) {
     e.output_ready[1] = std::move(err_read);
 }
 
-// The command's stdio for the release: stdin (its pipe or /dev/null), then stdout and stderr
-// unless the embryo has them already. Returns how many fds the release carries (0: failed).
+// The run's pipes: ours in `r`, the command's ends in `child_ends` and `stdio`: stdin (its
+// pipe or /dev/null), then stdout and stderr unless the embryo has them already. Returns how many fds the release carries (0: failed).
 size_t Server::open_pipes(Run& r, Embryo& e, int* stdio, unique_fd* child_ends) {
     int in_pipe[2] = {-1, -1};
     if (r.request.stdin_frames) {

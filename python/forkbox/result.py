@@ -128,7 +128,7 @@ class RunResult:
         if type(obj) is not dict and not isinstance(obj, Mapping):  # dict first: the ABC check is slow
             raise ProtocolError(f"daemon sent a result that is not an object: {obj!r}")
         exit_code = obj.get("exit_code")
-        if type(exit_code) is not int and (not isinstance(exit_code, int) or isinstance(exit_code, bool)):
+        if not isinstance(exit_code, int) or isinstance(exit_code, bool):
             raise ProtocolError(f"daemon sent a result without an integer exit_code: {dict(obj)!r}")
         limits_obj = obj.get("limits")
         limits = ({str(k): str(v) for k, v in limits_obj.items()}
