@@ -79,7 +79,8 @@ teardown_file() {
 	rm -rf "$SB_BASE"
 }
 
-setup() {
+# sandbox_setup: every sandbox test's setup (a file's own setup calls it first).
+sandbox_setup() {
 	[[ -z $SB_SKIP ]] || skip "$SB_SKIP"
 	# A directory of this test's own, which a sandbox's root (an unprivileged host uid) can
 	# traverse; removed by teardown.
@@ -87,6 +88,11 @@ setup() {
 	rm -rf "$TDIR"
 	mkdir -m 0755 "$TDIR"
 	EXTRA_PIDS=()
+	EXTRA_CGROUPS=() # cgroup directories a test made: removed with what is below them
+}
+
+setup() {
+	sandbox_setup
 }
 
 teardown() {
@@ -99,6 +105,8 @@ teardown() {
 		wait "$pid" 2>/dev/null || true
 	done
 	EXTRA_PIDS=()
+	remove_cgroup_trees "${EXTRA_CGROUPS[@]}"
+	EXTRA_CGROUPS=()
 	if [[ -n ${TDIR:-} ]]; then
 		# Mounts a test made under its directory (deepest first).
 		local m
@@ -107,6 +115,23 @@ teardown() {
 		done
 		rm -rf "$TDIR"
 	fi
+	return 0
+}
+
+# remove_cgroup_trees DIR...: each cgroup directory and those below it, deepest first, the
+# processes in them killed (a cgroup with a process cannot be removed).
+remove_cgroup_trees() {
+	local top d pid i
+	for top in "$@"; do
+		[[ -d $top ]] || continue
+		for d in $(find "$top" -depth -type d); do
+			for pid in $(cat "$d/cgroup.procs" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null; done
+			for ((i = 0; i < 50; i++)); do
+				rmdir "$d" 2>/dev/null && break
+				sleep 0.1
+			done
+		done
+	done
 	return 0
 }
 
@@ -198,9 +223,9 @@ wait_for_socket() {
 	fail "the daemon on $sock did not answer within 5 s: $(cat "$err" 2>/dev/null)"
 }
 
-# start_user_daemon: a daemon of the test user (fbrootless) on $USOCK, in $UDIR (its own,
-# mode 0700, with its XDG_RUNTIME_DIR); stopped by teardown. Sets USER_DAEMON.
-start_user_daemon() {
+# user_daemon_dirs: the test user, and its daemon's directory $UDIR (mode 0700, with its
+# XDG_RUNTIME_DIR and home); sets USOCK, the daemon's socket there.
+user_daemon_dirs() {
 	rl_setup_user || fail "cannot make the test user"
 	export RL_PATH=/usr/sbin:/usr/bin:/sbin:/bin # as_user's PATH
 	UDIR=$TDIR/user
@@ -209,6 +234,12 @@ start_user_daemon() {
 	chown -R "$RL_UID:$RL_GID" "$UDIR"
 	chmod 0700 "$UDIR" "$RL_XDG" "$RL_HOME"
 	USOCK=$UDIR/sandbox.sock
+}
+
+# start_user_daemon: a daemon of the test user (fbrootless) on $USOCK, in $UDIR (its own,
+# mode 0700, with its XDG_RUNTIME_DIR); stopped by teardown. Sets USER_DAEMON.
+start_user_daemon() {
+	user_daemon_dirs
 	# Its stderr goes to a file root opens (before the exec), outside the user's directory.
 	(as_user_exec "$SB_FB" daemon --socket "$USOCK" </dev/null >/dev/null 2>"$TDIR/user-daemon.err" 3>&- 4>&-) &
 	USER_DAEMON=$!

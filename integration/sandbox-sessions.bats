@@ -17,11 +17,7 @@ new_session() {
 }
 
 setup() {
-	[[ -z $SB_SKIP ]] || skip "$SB_SKIP"
-	TDIR=$SB_BASE/t$BATS_TEST_NUMBER
-	rm -rf "$TDIR"
-	mkdir -m 0755 "$TDIR"
-	EXTRA_PIDS=()
+	sandbox_setup
 	SESSIONS=()
 }
 

@@ -249,3 +249,28 @@ TEST(RemovableCgroups, RemoveEveryParentOfAPathTheConfigGave) {
                                         "/sys/fs/cgroup/pids/pod/forkbox/c1", "/sys/fs/cgroup/pids/forkboxes"};
     EXPECT_EQ(removable_cgroups(l, created), created);
 }
+
+TEST(V2ControllerList, SpacesBecomeCommasAndTheNewlineGoes) {
+    EXPECT_EQ(v2_controller_list("cpuset cpu io memory pids\n"), "cpuset,cpu,io,memory,pids");
+    EXPECT_EQ(v2_controller_list("hugetlb"), "hugetlb");
+    EXPECT_EQ(v2_controller_list("\n"), "");
+    EXPECT_EQ(v2_controller_list(""), "");
+}
+
+TEST(LayoutOffers, AV1HierarchyMountedWithTheController) {
+    CgroupLayout v1 = parse_cgroup_layout(kV1Host);
+    EXPECT_TRUE(layout_offers(v1, "memory"));
+    EXPECT_TRUE(layout_offers(v1, "cpuacct"));  // co-mounted with cpu
+    EXPECT_FALSE(layout_offers(v1, "freezer"));
+    EXPECT_FALSE(layout_offers(v1, "systemd"));  // its hierarchy is "name=systemd"
+}
+
+TEST(LayoutOffers, TheV2HierarchyWhenItListsTheController) {
+    CgroupLayout v2 = parse_cgroup_layout(kV2Host);
+    EXPECT_FALSE(layout_offers(v2, "memory"));  // nothing loaded: offers nothing
+    v2.hierarchies[0].controllers = v2_controller_list("memory pids\n");
+    EXPECT_TRUE(layout_offers(v2, "memory"));
+    EXPECT_TRUE(layout_offers(v2, "pids"));
+    EXPECT_FALSE(layout_offers(v2, "cpu"));
+    EXPECT_FALSE(layout_offers(v2, "mem"));
+}

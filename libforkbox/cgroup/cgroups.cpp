@@ -134,6 +134,24 @@ bool hierarchy_has(const CgroupHierarchy& h, std::string_view controller) {
     return false;
 }
 
+bool layout_offers(const CgroupLayout& layout, std::string_view controller) {
+    for (const auto& h : layout.hierarchies)
+        for (auto c : split(h.controllers, ','))
+            if (c == controller) return true;
+    return false;
+}
+
+std::string v2_controller_list(std::string_view text) {
+    std::string list;
+    for (auto word : split(text, ' ')) {
+        while (!word.empty() && (word.back() == '\n' || word.back() == ' ')) word.remove_suffix(1);
+        if (word.empty()) continue;
+        if (!list.empty()) list += ',';
+        list += word;
+    }
+    return list;
+}
+
 namespace {
 bool under(const std::string& dir, const std::string& mountpoint) {
     return dir == mountpoint || (dir.size() > mountpoint.size() && dir.starts_with(mountpoint) &&

@@ -1,5 +1,5 @@
 // cgroup placement on v1, v2 and hybrid hosts behind one interface. The layout is read once
-// per invocation from /proc/self/mountinfo. Limits (linux.resources) are not applied yet.
+// per invocation from /proc/self/mountinfo. Limits (linux.resources) are resources.hpp's.
 #pragma once
 
 #include <sys/types.h>
@@ -30,6 +30,12 @@ struct CgroupLayout {
 
 // True when h is a v1 hierarchy mounted with `controller` ("memory", "cpuacct", "name=systemd").
 bool hierarchy_has(const CgroupHierarchy& h, std::string_view controller);
+// True when a v1 hierarchy of the layout is mounted with `controller`, or its v2 hierarchy
+// lists it in `controllers` (load_v2_controllers, or what a parent enables for its children).
+bool layout_offers(const CgroupLayout& layout, std::string_view controller);
+// A v2 cgroup.controllers or cgroup.subtree_control text ("cpu memory pids\n") as
+// CgroupHierarchy::controllers holds it ("cpu,memory,pids"). Pure.
+std::string v2_controller_list(std::string_view text);
 
 // The dir among a container's cgroup dirs that lies in hierarchy h (pure). The longest
 // mountpoint wins, so a v1 mount below a v2 one (/sys/fs/cgroup/memory under /sys/fs/cgroup)

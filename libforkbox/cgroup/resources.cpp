@@ -313,18 +313,7 @@ Result<void> load_v2_controllers(CgroupLayout& layout) {
     for (auto& h : layout.hierarchies) {
         if (!h.unified) continue;
         FB_ASSIGN(std::string text, read_file(h.mountpoint + "/cgroup.controllers"));
-        std::string list;
-        size_t i = 0;
-        while (i < text.size()) {
-            size_t j = text.find_first_of(" \n", i);
-            if (j == std::string::npos) j = text.size();
-            if (j > i) {
-                if (!list.empty()) list += ',';
-                list.append(text, i, j - i);
-            }
-            i = j + 1;
-        }
-        h.controllers = list;
+        h.controllers = v2_controller_list(text);
     }
     return {};
 }

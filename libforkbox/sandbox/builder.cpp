@@ -77,22 +77,14 @@ Result<const Plan*> Builder::plan_for(const SandboxKind& kind) {
     return &plans_.emplace(kind, std::move(plan)).first->second;
 }
 
-oci::Resources default_limits(const Defaults& d) {
-    oci::Resources res;
-    res.memory.emplace();
-    res.memory->limit = static_cast<int64_t>(d.memory_mb << 20);
-    res.pids_limit = static_cast<int64_t>(d.pids) + 1;  // the sandbox's init counts too (server.cpp)
-    return res;
-}
-
 Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind, int fork_source, bool hold) {
     FB_ASSIGN(const Plan* plan, plan_for(kind));
     std::vector<unique_fd> task_fds;
     int cgroup_fd = -1;
     CgroupPlacement cgroups;
-    if (c_.use_cgroups) {
+    if (c_.limits.cgroups) {
         FB_ASSIGN(cgroups, create_cgroups(c_.layout, embryo_cgroup_path(c_.cgroup_parent, ::getppid(), id)));
-        FB_ASSIGN(auto writes, plan_cgroup_writes(default_limits(c_.options.defaults), c_.layout));
+        FB_ASSIGN(auto writes, plan_cgroup_writes(cgroup_limits(c_.limits, c_.options.defaults.memory_mb, c_.options.defaults.pids, 0), c_.layout));
         FB_TRY_CTX(apply_cgroup_writes(writes, c_.layout, cgroups.dirs()), "sandbox cgroup limits");
         FB_ASSIGN(task_fds, cgroups.open_v1_task_files(c_.layout));
         cgroup_fd = cgroups.unified_fd();

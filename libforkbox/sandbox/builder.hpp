@@ -23,6 +23,7 @@
 #include "libforkbox/base/error.hpp"
 #include "libforkbox/base/fd.hpp"
 #include "libforkbox/cgroup/cgroups.hpp"
+#include "libforkbox/sandbox/limits.hpp"
 #include "libforkbox/sandbox/profile.hpp"
 #include "libforkbox/sandbox/server.hpp"
 #include "libforkbox/seccomp/seccomp.hpp"
@@ -32,7 +33,7 @@ namespace forkbox::sandbox {
 struct BuilderConfig {
     ServerOptions options;
     CgroupLayout layout;  // the hierarchies sandboxes get cgroups in
-    bool use_cgroups = false;
+    LimitMechanisms limits;
     // Where sandboxes' cgroups go, relative to each hierarchy's root: /forkbox-sandbox
     // for a root daemon, under its own (delegated) cgroup for a user's.
     std::string cgroup_parent;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <cstring>
@@ -32,6 +33,7 @@
 #include "libforkbox/base/trace.hpp"
 #include "libforkbox/base/unix_socket.hpp"
 #include "libforkbox/cgroup/cgroups.hpp"
+#include "libforkbox/cgroup/delegation.hpp"
 #include "libforkbox/cgroup/oom.hpp"
 #include "libforkbox/cgroup/resources.hpp"
 #include "libforkbox/cgroup/stats.hpp"
@@ -89,15 +91,22 @@ CgroupLayout sandbox_layout(const CgroupLayout& host) {
     return out;
 }
 
+// The controllers sandboxes' limits use (the freezer is v1's; v2's cgroup.freeze is core).
+constexpr std::array<std::string_view, 3> kLimitControllers = {"memory", "pids", "cpu"};
+
 // Where sandboxes' cgroups go, relative to each hierarchy's root. A root daemon's: under the
-// root. A user's: under its own cgroup, which must be the same path in every hierarchy of
-// `layout` and writable by it (delegated to it by root, as runc's rootless tests do on v1).
+// root. A user's: on v2, under the cgroup delegated to it (enter_delegated_v2_cgroup); on v1,
+// under its own cgroup, which must be the same path in every hierarchy of `layout` and
+// writable by it (delegated to it by root, as runc's rootless tests do on v1).
 // An error says why a user's daemon gets no cgroups (its limits are then rlimits).
-Result<std::string> sandbox_cgroup_parent(const CgroupLayout& layout, bool root) {
+Result<std::string> sandbox_cgroup_parent(const CgroupLayout& layout, bool root, const ServerOptions& opt) {
     if (root) return std::string(kCgroupParentName);
     if (layout.hierarchies.empty()) return fail("no cgroup hierarchy with memory or pids");
-    if (layout.unified())
-        return fail("a delegated cgroup v2 subtree is not supported yet for a user's daemon");
+    if (layout.unified()) {
+        if (opt.delegated_cgroup.empty())
+            return fail(opt.no_delegated_cgroup.empty() ? "no cgroup delegated to the daemon" : opt.no_delegated_cgroup);
+        return opt.delegated_cgroup + kCgroupParentName;
+    }
     FB_ASSIGN(auto own, own_cgroup_dirs(layout));
     std::string relative;
     for (size_t i = 0; i < layout.hierarchies.size(); ++i) {
@@ -154,6 +163,38 @@ void remove_stale_cgroups(const CgroupLayout& layout, const std::string& relativ
 
 // --- setup ---
 
+void enter_delegated_v2_cgroup(ServerOptions& options) {
+    if (::geteuid() == 0 && !rootless_mode().in_user_namespace) return;
+    auto host = detect_cgroup_layout();
+    if (!host || host->mode != CgroupMode::V2 || !host->unified()) return;
+    auto own = enter_delegated_cgroup(*host->unified(), "forkbox-daemon", kLimitControllers);
+    if (own) {
+        options.delegated_cgroup = *own;
+        log::info("sandbox: sandboxes' cgroups go under " + *own + kCgroupParentName + " (delegated)");
+    } else {
+        options.no_delegated_cgroup = own.error().what() +
+                                      "; to give a user's daemon cgroups: systemd-run --user --scope -p Delegate=yes forkbox daemon";
+    }
+}
+
+// The hierarchies sandboxes get cgroups in, their parent made (cgroup_parent_): v2's
+// `controllers` are then those the parent enables for its children.
+Result<CgroupLayout> Server::sandbox_cgroups(const CgroupLayout& host) {
+    CgroupLayout layout = sandbox_layout(host);
+    FB_ASSIGN(cgroup_parent_, sandbox_cgroup_parent(layout, mapped_range_, opt_));
+    for (auto& h : layout.hierarchies) {
+        std::string parent = h.mountpoint + cgroup_parent_;
+        if (::mkdir(parent.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("mkdir " + parent);
+        if (hierarchy_has(h, "cpuset")) (void)inherit_cpuset(parent, true);
+        if (!h.unified) continue;
+        // A root daemon's parent is a child of the root: the root enables them first. A
+        // user's delegated cgroup has them enabled already (enter_delegated_cgroup).
+        if (mapped_range_) FB_TRY(enable_v2_controllers(h.mountpoint, kLimitControllers));
+        FB_ASSIGN(h.controllers, enable_v2_controllers(parent, kLimitControllers));
+    }
+    return layout;
+}
+
 Result<void> Server::setup() {
     FB_ASSIGN(signals_, daemon_signalfd());
     epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
@@ -166,31 +207,14 @@ Result<void> Server::setup() {
 
     mapped_range_ = ::geteuid() == 0 && !rootless_mode().in_user_namespace;
     if (auto host = detect_cgroup_layout()) {
-        layout_ = sandbox_layout(*host);
-        if (layout_.mode == CgroupMode::V2) (void)load_v2_controllers(layout_);
-        if (auto parent = sandbox_cgroup_parent(layout_, mapped_range_)) {
-            cgroup_parent_ = *parent;
-            use_cgroups_ = !layout_.hierarchies.empty();
+        if (auto layout = sandbox_cgroups(*host)) {
+            layout_ = std::move(*layout);
         } else {
-            log::info("sandbox: no cgroups (" + parent.error().what() + "): limits are rlimits");
-        }
-        for (const auto& h : layout_.hierarchies) {
-            if (!use_cgroups_) break;
-            std::string parent = h.mountpoint + cgroup_parent_;
-            if (::mkdir(parent.c_str(), 0755) < 0 && errno != EEXIST) {
-                log::warn("sandbox: no cgroups (" + errno_text("mkdir " + parent) + "): limits are rlimits");
-                use_cgroups_ = false;
-                break;
-            }
-            if (hierarchy_has(h, "cpuset")) (void)inherit_cpuset(parent, true);
-        }
-        if (use_cgroups_) remove_stale_cgroups(layout_, cgroup_parent_);
-        if (use_cgroups_ && layout_.mode == CgroupMode::V2) {
-            // Sandboxes' limits need the controllers enabled below the parent.
-            (void)write_file(layout_.hierarchies[0].mountpoint + cgroup_parent_ + "/cgroup.subtree_control",
-                             "+memory +pids +cpu");
+            log::warn("sandbox: no cgroups (" + layout.error().what() + "): limits are rlimits");
         }
     }
+    limits_ = limit_mechanisms(layout_);
+    if (limits_.cgroups) remove_stale_cgroups(layout_, cgroup_parent_);
     // Searchable: a root daemon's sandbox is an unprivileged uid on the host when it mounts here.
     if (::mkdir(opt_.stage_dir.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("mkdir " + opt_.stage_dir);
 
@@ -199,7 +223,7 @@ Result<void> Server::setup() {
     BuilderConfig config;
     config.options = opt_;
     config.layout = layout_;
-    config.use_cgroups = use_cgroups_;
+    config.limits = limits_;
     config.cgroup_parent = cgroup_parent_;
     config.mapped_range = mapped_range_;
     // The profile is compiled once; every embryo loads the same program.
@@ -458,7 +482,7 @@ std::string Server::info_json() {
         ::closedir(d);
         --fds;  // the directory's own fd
     }
-    std::string limit = use_cgroups_ ? "cgroup" : "rlimit";
+    Enforcement limits = limits_.enforcement(true);
     json::Writer w;
     w.begin_object();
     w.key("protocol").value(kProtocolVersion);
@@ -473,7 +497,7 @@ std::string Server::info_json() {
     // Abstract Unix sockets and signals confined to the sandbox (Landlock, kernel 6.12).
     w.key("ipc_scope").value(landlock_scopes_supported() ? "landlock" : "none");
     w.key("limits").begin_object();
-    w.key("memory").value(limit).key("pids").value(limit).key("cpu").value(use_cgroups_ ? "cgroup" : "none");
+    w.key("memory").value(limits.memory).key("pids").value(limits.pids).key("cpu").value(limits.cpu);
     w.end_object();
     w.key("defaults").begin_object();
     w.key("memory_mb").value(opt_.defaults.memory_mb).key("pids").value(opt_.defaults.pids);
@@ -501,23 +525,6 @@ std::string Server::info_json() {
 
 // --- embryos ---
 
-oci::Resources Server::limits_for(uint64_t memory_mb, uint64_t pids, double cpus) const {
-    oci::Resources res;
-    if (memory_mb) {
-        oci::MemoryResources m;
-        m.limit = static_cast<int64_t>(memory_mb << 20);
-        res.memory = m;
-    }
-    if (pids) res.pids_limit = static_cast<int64_t>(pids) + 1;  // the sandbox's init counts too
-    if (cpus > 0) {
-        oci::CpuResources c;
-        c.period = 100000;
-        c.quota = static_cast<int64_t>(cpus * 100000);
-        res.cpu = c;
-    }
-    return res;
-}
-
 Result<uint64_t> Server::start_embryo(const SandboxKind& kind, uint64_t reserved_for, int fork_source, bool hold) {
     auto e = std::make_unique<Embryo>();
     e->id = next_id_++;
@@ -526,8 +533,8 @@ Result<uint64_t> Server::start_embryo(const SandboxKind& kind, uint64_t reserved
     e->pooled = reserved_for == 0 && !hold;
     e->held = hold;
     e->fork = fork_source >= 0;
-    if (use_cgroups_) {
-        e->applied = limits_for(opt_.defaults.memory_mb, opt_.defaults.pids, 0);
+    if (limits_.cgroups) {
+        e->applied = cgroup_limits(limits_, opt_.defaults.memory_mb, opt_.defaults.pids, 0);
         std::string path = embryo_cgroup_path(cgroup_parent_, ::getpid(), e->id);
         for (const auto& h : layout_.hierarchies) e->cgroup_dirs.push_back(h.mountpoint + path);
     }
@@ -578,7 +585,7 @@ void Server::on_builder() {
         if (it == embryos_.end()) {  // given up on while it was made
             sys::pidfd_send_signal(fds[0].get(), SIGKILL);
             ::waitpid(pid, nullptr, 0);
-            if (use_cgroups_) {
+            if (limits_.cgroups) {
                 std::vector<std::string> dirs;
                 for (const auto& h : layout_.hierarchies) dirs.push_back(h.mountpoint + embryo_cgroup_path(cgroup_parent_, ::getpid(), id));
                 remove_later(dirs);
@@ -970,6 +977,16 @@ void Server::place(Run& r) {
     r.embryo = *id;
 }
 
+// A sandbox's limits, as this host enforces them: on its cgroups, and as rlimits in `release`
+// for the controllers it lacks.
+Result<void> Server::limit_sandbox(Embryo& e, uint64_t memory_mb, uint64_t pids, double cpus, Release& release) {
+    if (limits_.cgroups) FB_TRY(apply_limits(e, cgroup_limits(limits_, memory_mb, pids, cpus)));
+    Rlimits rlimits = rlimits_for(limits_, memory_mb, pids);
+    release.nproc_limit = rlimits.nproc;
+    release.address_limit = rlimits.address;
+    return {};
+}
+
 // The limits of `want` on the embryo's cgroups, where they differ from what they have.
 Result<void> Server::apply_limits(Embryo& e, const oci::Resources& limits) {
     oci::Resources want = limits;
@@ -978,12 +995,12 @@ Result<void> Server::apply_limits(Embryo& e, const oci::Resources& limits) {
                 want.cpu.has_value() == e.applied.cpu.has_value() && (!want.cpu || want.cpu->quota == e.applied.cpu->quota);
     if (same) return {};
     // What the request leaves out is unlimited, not the embryo's default.
-    if (!want.memory) {
+    if (!want.memory && limits_.memory) {
         want.memory.emplace();
         want.memory->limit = -1;
     }
-    if (!want.pids_limit) want.pids_limit = -1;
-    if (!want.cpu) {
+    if (!want.pids_limit && limits_.pids) want.pids_limit = -1;
+    if (!want.cpu && limits_.cpu) {
         want.cpu.emplace();
         want.cpu->quota = -1;
         want.cpu->period = 100000;
@@ -1089,14 +1106,9 @@ void Server::release(Run& r, Embryo& e) {
     rel.cwd = r.request.cwd;
     rel.drop_all_caps = r.request.drop_all_caps;
     rel.warm_python = e.kind.python;
-    if (use_cgroups_) {
-        if (auto applied = apply_limits(e, limits_for(r.request.memory_mb, r.request.pids, r.request.cpus)); !applied) {
-            fail_run(r, ErrorKind::SandboxError, "sandbox limits: " + applied.error().what());
-            return;
-        }
-    } else {
-        rel.nproc_limit = r.request.pids + 1;  // the sandbox's init counts too
-        rel.address_limit = r.request.memory_mb << 20;
+    if (auto limited = limit_sandbox(e, r.request.memory_mb, r.request.pids, r.request.cpus, rel); !limited) {
+        fail_run(r, ErrorKind::SandboxError, "sandbox limits: " + limited.error().what());
+        return;
     }
 
     int stdio[3];
@@ -1330,7 +1342,7 @@ void Server::kill_sandbox(Run& r, int signal) {
 }
 
 void Server::open_usage_files(Embryo& e) {
-    if (!use_cgroups_) return;
+    if (!limits_.cgroups) return;
     auto open_file = [](const std::string& path) { return unique_fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)); };
     if (auto d = controller_dir(layout_, e.cgroup_dirs, "cpuacct")) {
         e.cpu_usage = open_file(d->dir + "/cpuacct.usage");
@@ -1357,35 +1369,27 @@ std::optional<std::string> pread_text(const unique_fd& fd) {
 }  // namespace
 
 void Server::collect_usage(Run& r, Embryo& e, RunOutcome& o) {
+    auto rusage_ms = [](const rusage& u) {
+        return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000.0 + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1000.0;
+    };
+    o.peak_memory_bytes = static_cast<uint64_t>(r.usage.ru_maxrss) * 1024;
     if (!r.session.empty()) {
         // A session's sandbox runs more than this run: its own usage, from wait4.
-        o.cpu_ms = (r.usage.ru_utime.tv_sec + r.usage.ru_stime.tv_sec) * 1000.0 +
-                   (r.usage.ru_utime.tv_usec + r.usage.ru_stime.tv_usec) / 1000.0;
-        o.peak_memory_bytes = static_cast<uint64_t>(r.usage.ru_maxrss) * 1024;
+        o.cpu_ms = rusage_ms(r.usage);
         auto s = sessions_.find(r.session);
-        o.limits.memory = o.limits.pids = use_cgroups_ ? "cgroup" : "rlimit";
-        o.limits.cpu = use_cgroups_ && s != sessions_.end() && s->second->settings.cpus > 0 ? "cgroup" : "none";
+        o.limits = limits_.enforcement(s != sessions_.end() && s->second->settings.cpus > 0);
         if (auto text = pread_text(e.memory_events))
             o.oom_killed = static_cast<uint64_t>(cgroup_keyed_value(*text, "oom_kill")) > r.oom_kills_before;
         return;
     }
-    if (!use_cgroups_) {
-        double total = (r.usage.ru_utime.tv_sec + r.usage.ru_stime.tv_sec) * 1000.0 +
-                       (r.usage.ru_utime.tv_usec + r.usage.ru_stime.tv_usec) / 1000.0;
-        // A warm Python's own start-up is not the request's.
-        o.cpu_ms = std::max(0.0, total - e.python_cpu_ms - (r.usage_is_command ? 0 : e.setup_cpu_ms));
-        o.peak_memory_bytes = static_cast<uint64_t>(r.usage.ru_maxrss) * 1024;
-        o.limits.memory = "rlimit";
-        o.limits.pids = "rlimit";
-        o.limits.cpu = "none";
-        return;
-    }
-    o.limits.memory = o.limits.pids = "cgroup";
-    o.limits.cpu = r.request.cpus > 0 ? "cgroup" : "none";
+    o.limits = limits_.enforcement(r.request.cpus > 0);
     if (auto text = pread_text(e.cpu_usage)) {
         double ms = e.cpu_usage_keyed ? static_cast<double>(cgroup_keyed_value(*text, "usage_usec")) / 1e3
                                       : static_cast<double>(parse_cgroup_uint(*text).value_or(0)) / 1e6;
         o.cpu_ms = std::max(0.0, ms - e.setup_cpu_ms - e.python_cpu_ms);
+    } else {
+        // A warm Python's own start-up is not the request's.
+        o.cpu_ms = std::max(0.0, rusage_ms(r.usage) - e.python_cpu_ms - (r.usage_is_command ? 0 : e.setup_cpu_ms));
     }
     if (auto text = pread_text(e.memory_peak)) {
         if (auto v = parse_cgroup_uint(*text)) o.peak_memory_bytes = *v;
@@ -1550,7 +1554,8 @@ int Server::run() {
         return 1;
     }
     log::info("sandbox service ready (" + std::string(mapped_range_ ? "root" : "rootless") +
-              (use_cgroups_ ? ", cgroup limits" : ", rlimits") + ")");
+              (limits_.cgroups ? ", cgroups" : ", no cgroups") + "; memory " + limits_.enforcement(true).memory +
+              ", pids " + limits_.enforcement(true).pids + ", cpu " + limits_.enforcement(true).cpu + ")");
     epoll_event events[64];
     while (!stopping_) {
         auto now = Clock::now();

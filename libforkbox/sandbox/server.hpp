@@ -27,7 +27,18 @@ struct ServerOptions {
     std::vector<gid_t> allowed_groups;  // peers in these groups are served too
     uint32_t uid_base = 1000000000;     // a root daemon maps sandboxes' 0..65535 here
     uint64_t upper_size_mb = 512;       // the overlay's tmpfs, and /tmp's
+    // A user's daemon on a cgroup v2 host (enter_delegated_v2_cgroup): its delegated cgroup,
+    // relative to the hierarchy's root, or why it has none.
+    std::string delegated_cgroup;
+    std::string no_delegated_cgroup;
 };
+
+// A user's daemon on a pure cgroup v2 host, before it starts the service: when its cgroup is
+// delegated to it (systemd's Delegate=yes), moves the daemon into a leaf below it
+// (`forkbox-daemon`), so that the sandboxes' cgroups can get its controllers beside it
+// (`forkbox-sandbox`). Fills options.delegated_cgroup, or options.no_delegated_cgroup.
+// Nothing for a root daemon, or on a v1 or hybrid host.
+void enter_delegated_v2_cgroup(ServerOptions& options);
 
 // Accepts on `listener` (the daemon's socket, non-blocking): sandbox requests are served
 // here, zygote requests handed to the daemon over `handoff` ("z" + the fd), which can hand

@@ -21,6 +21,8 @@
 #include "libforkbox/base/syscalls.hpp"
 #include "libforkbox/base/unix_socket.hpp"
 #include "libforkbox/cgroup/cgroups.hpp"
+#include "libforkbox/sandbox/embryo.hpp"
+#include "libforkbox/sandbox/limits.hpp"
 #include "libforkbox/sandbox/profile.hpp"
 #include "libforkbox/sandbox/request.hpp"
 #include "libforkbox/sandbox/server.hpp"
@@ -201,6 +203,7 @@ public:
 
 private:
     Result<void> setup();
+    Result<CgroupLayout> sandbox_cgroups(const CgroupLayout& host);
     void watch(int fd, uint32_t events, Watch w, uint64_t id);
     void rewatch(int fd, uint32_t events, Watch w, uint64_t id);
     void unwatch(int fd);
@@ -234,6 +237,7 @@ private:
 
     void place(Run& r);
     void release(Run& r, Embryo& e);
+    Result<void> limit_sandbox(Embryo& e, uint64_t memory_mb, uint64_t pids, double cpus, Release& release);
     Result<void> apply_limits(Embryo& e, const oci::Resources& want);
     void make_output_pipes(Embryo& e);
     size_t open_pipes(Run& r, Embryo& e, int* stdio, unique_fd* child_ends);  // 0: failed
@@ -254,7 +258,6 @@ private:
     void collect_usage(Run& r, Embryo& e, RunOutcome& o);
     void open_usage_files(Embryo& e);
     void serve_first_message(Connection conn, uid_t peer);
-    oci::Resources limits_for(uint64_t memory_mb, uint64_t pids, double cpus) const;
     void shutdown();
 
     // sessions.cpp
@@ -287,7 +290,7 @@ private:
     bool mapped_range_ = false;  // a root daemon
     std::string cgroup_parent_;  // relative to each hierarchy's root (BuilderConfig)
     uid_t euid_ = ::geteuid();
-    bool use_cgroups_ = false;
+    LimitMechanisms limits_;  // cgroups, or rlimits where the host lacks a controller
     bool idmapped_lower_ = true;  // until it fails once
     CgroupLayout layout_;         // the hierarchies sandboxes get cgroups in
     std::map<uint64_t, Connection> new_conns_;  // waiting for a first message

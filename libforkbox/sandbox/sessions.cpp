@@ -170,14 +170,9 @@ void Server::release_session(Run& r, Embryo& e) {
     e.output_ready[0].reset();  // a pooled embryo's: each run of the session makes its own
     e.output_ready[1].reset();
     Release limits;
-    if (use_cgroups_) {
-        if (auto applied = apply_limits(e, limits_for(r.make.memory_mb, r.make.pids, r.make.cpus)); !applied) {
-            fail_run(r, ErrorKind::SandboxError, "sandbox limits: " + applied.error().what());
-            return;
-        }
-    } else {
-        limits.nproc_limit = r.make.pids + 1;
-        limits.address_limit = r.make.memory_mb << 20;
+    if (auto limited = limit_sandbox(e, r.make.memory_mb, r.make.pids, r.make.cpus, limits); !limited) {
+        fail_run(r, ErrorKind::SandboxError, "sandbox limits: " + limited.error().what());
+        return;
     }
     std::string m = "L" + std::to_string(limits.nproc_limit) + " " + std::to_string(limits.address_limit) + " " +
                     (r.make.drop_all_caps ? "1" : "0");
@@ -208,9 +203,8 @@ void Server::session_made(Run& r, Embryo& e, unique_fd stage) {
         reply_final(std::move(r.conn), result([&](json::Writer& w) {
             w.key("session").value(id);
             w.key("limits").begin_object();
-            std::string limit = use_cgroups_ ? "cgroup" : "rlimit";
-            w.key("memory").value(limit).key("pids").value(limit);
-            w.key("cpu").value(use_cgroups_ && made.settings.cpus > 0 ? "cgroup" : "none");
+            Enforcement limits = limits_.enforcement(made.settings.cpus > 0);
+            w.key("memory").value(limits.memory).key("pids").value(limits.pids).key("cpu").value(limits.cpu);
             w.end_object();
             w.key("ms").value(ms_between(r.released, Clock::now()));
         }));
@@ -465,7 +459,7 @@ void Server::start_fork_children(ForkJob& j, Session& s) {
 // No run in flight, and its cgroup holds one process: its init (a background process of
 // an earlier run, or a warm Python, would be another).
 bool Server::only_init_lives(const Session& s) const {
-    if (!s.runs.empty() || !use_cgroups_) return false;
+    if (!s.runs.empty() || !limits_.cgroups) return false;
     auto e = embryos_.find(s.embryo);
     if (e == embryos_.end()) return false;
     std::string dir = first_cgroup_dir(e->second->cgroup_dirs);
@@ -475,7 +469,7 @@ bool Server::only_init_lives(const Session& s) const {
 bool Server::has_freezer() const {
     // A v1 freezer hierarchy, or v2's cgroup.freeze (the layout holds a v2 hierarchy only
     // on a pure v2 host).
-    return use_cgroups_ && (layout_.unified() != nullptr ||
+    return limits_.cgroups && (layout_.unified() != nullptr ||
                             std::any_of(layout_.hierarchies.begin(), layout_.hierarchies.end(),
                                         [](const auto& h) { return hierarchy_has(h, "freezer"); }));
 }

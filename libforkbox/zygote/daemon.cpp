@@ -870,6 +870,8 @@ void Daemon::reap() {
 Result<void> Daemon::run() {
     FB_ASSIGN(signals_, daemon_signalfd());
     FB_TRY(listen_socket());
+    // Before any child: the children (the sandbox service) start in the leaf it moves to.
+    if (opt_.sandboxes) sandbox::enter_delegated_v2_cgroup(opt_.sandbox);
     // No cgroups to read (an odd host): templates without spare cgroups.
     if (auto layout = detect_cgroup_layout()) cgroups_ = std::move(*layout);
     remove_stale_spares();
