@@ -17,6 +17,7 @@ __all__ = [
     "resolve_socket",
     "find_binary",
     "autostart_disabled_by_env",
+    "scope_launcher",
     "start_daemon",
     "not_running_error",
     "connect_blocking",
@@ -119,6 +120,28 @@ def find_binary(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
     return fallback if os.access(fallback, os.X_OK) else None
 
 
+def scope_launcher(environ: Optional[Mapping[str, str]] = None, euid: Optional[int] = None) -> List[str]:
+    """The command an autostarted daemon runs under, so that it gets cgroups of its own.
+
+    For a user (not root) whose systemd user manager runs (``$XDG_RUNTIME_DIR/systemd/private``
+    exists) and who has ``systemd-run``: ``systemd-run --user --scope -p Delegate=yes``, a
+    scope whose cgroup the daemon is delegated, where it makes its sandboxes' cgroups (memory,
+    pids and cpu limits instead of rlimits). Otherwise, or with ``FORKBOX_NO_SCOPE`` set to
+    something other than ``""``/``0``, none (``[]``).
+    """
+    env = os.environ if environ is None else environ
+    euid = os.geteuid() if euid is None else euid
+    if euid == 0 or env.get("FORKBOX_NO_SCOPE", "") not in ("", "0"):
+        return []
+    runtime = env.get("XDG_RUNTIME_DIR")
+    if not runtime or not os.path.exists(os.path.join(runtime, "systemd", "private")):
+        return []
+    tool = shutil.which("systemd-run", path=env.get("PATH", os.defpath))
+    if tool is None:
+        return []
+    return [tool, "--user", "--scope", "--quiet", "--collect", "-p", "Delegate=yes", "--"]
+
+
 def not_running_error(path: str, reason: str, extra: str = "") -> DaemonNotRunning:
     """The :class:`DaemonNotRunning` for ``path``, with how to start a daemon."""
     msg = (
@@ -197,13 +220,45 @@ def _tail(path: str, n: int = 600) -> str:
         return ""
 
 
+def _spawn(argv: List[str], log_path: str, env: Mapping[str, str]) -> "subprocess.Popen[bytes]":
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            close_fds=True,
+            start_new_session=True,
+            env=dict(env),
+            cwd="/",
+        )
+    _started.append(proc)
+    return proc
+
+
+def _wait_for_daemon(path: str, proc: "subprocess.Popen[bytes]", wait_s: float) -> Optional[int]:
+    """None once a daemon answers on ``path``; else ``proc``'s exit status, or -1 when it
+    neither answered nor exited within ``wait_s``."""
+    until = time.monotonic() + wait_s
+    while True:
+        if _probe(path, 1.0):
+            return None
+        code = proc.poll()
+        if code is not None:
+            return code
+        if time.monotonic() > until:
+            return -1
+        time.sleep(0.05)
+
+
 def start_daemon(path: str, wait_s: float = AUTOSTART_WAIT_S, environ: Optional[Mapping[str, str]] = None) -> None:
     """Start ``forkbox daemon --socket PATH`` detached, unless a daemon answers there by
     now, and wait up to ``wait_s`` seconds for it to answer ``info``.
 
     Concurrent callers (threads, processes) serialize on a lock file beside the socket, so
     that a single daemon is started. Its output goes to ``forkbox-daemon.log`` beside the
-    socket.
+    socket. A user's daemon is started in a systemd scope of its own when the user's systemd
+    can make one (:func:`scope_launcher`), else as it is.
 
     Raises:
         DaemonNotRunning: no binary, or the daemon did not answer in time.
@@ -240,35 +295,32 @@ def start_daemon(path: str, wait_s: float = AUTOSTART_WAIT_S, environ: Optional[
         if _probe(path, 1.0):
             return
         log_path = os.path.join(directory, LOG_NAME)
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                [binary, "daemon", "--socket", path],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                close_fds=True,
-                start_new_session=True,
-                env=env,
-                cwd="/",
-            )
-        _started.append(proc)
-        until = time.monotonic() + wait_s
-        while True:
-            if _probe(path, 1.0):
+        command = [binary, "daemon", "--socket", path]
+        launcher = scope_launcher(env)
+        if launcher:
+            # A scope of its own when the user's systemd makes one; if it cannot (no bus, an
+            # old systemd), the daemon is started as it is, with rlimits.
+            proc = _spawn(launcher + command, log_path, env)
+            code = _wait_for_daemon(path, proc, wait_s)
+            if code is None:
                 return
-            code = proc.poll()
-            if code is not None:
-                raise not_running_error(
-                    path,
-                    f"autostart: {binary} daemon exited with status {code}",
-                    f"log {log_path}: {_tail(log_path)}",
-                )
-            if time.monotonic() > until:
-                raise not_running_error(
-                    path,
-                    f"autostart: {binary} daemon (pid {proc.pid}) did not answer within {wait_s:g} s",
-                    f"log {log_path}",
-                )
-            time.sleep(0.05)
+            if code < 0:  # neither up nor gone: not left to race the next one for the socket
+                proc.kill()
+                proc.wait()
+        proc = _spawn(command, log_path, env)
+        code = _wait_for_daemon(path, proc, wait_s)
+        if code is None:
+            return
+        if code >= 0:
+            raise not_running_error(
+                path,
+                f"autostart: {binary} daemon exited with status {code}",
+                f"log {log_path}: {_tail(log_path)}",
+            )
+        raise not_running_error(
+            path,
+            f"autostart: {binary} daemon (pid {proc.pid}) did not answer within {wait_s:g} s",
+            f"log {log_path}",
+        )
     finally:
         os.close(lock_fd)

@@ -22,6 +22,7 @@ from forkbox import (
     SandboxBusy,
     SandboxError,
 )
+from forkbox import _daemon
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
@@ -733,3 +734,72 @@ def test_env_opt_out(sockdir, fake_binary, clean_env):
     with pytest.raises(DaemonNotRunning, match="autostart is off"):
         Forkbox(socket=path, autostart=True).run("true")
     assert not os.path.exists(path + ".starts")
+
+
+# Autostart in a systemd scope ---------------------------------------------------------------
+
+
+def user_manager_env(sockdir, clean_env, systemd_run_body=None):
+    """An environment whose XDG_RUNTIME_DIR has a user manager's private socket file, and
+    a fake ``systemd-run`` on PATH (``systemd_run_body``: its shell script) when given."""
+    runtime = os.path.join(sockdir, "xdg")
+    os.makedirs(os.path.join(runtime, "systemd"))
+    open(os.path.join(runtime, "systemd", "private"), "w").close()
+    bindir = os.path.join(sockdir, "bin")
+    os.makedirs(bindir)
+    if systemd_run_body is not None:
+        tool = os.path.join(bindir, "systemd-run")
+        with open(tool, "w") as f:
+            f.write("#!/bin/sh\n" + systemd_run_body)
+        os.chmod(tool, 0o755)
+    clean_env.setenv("XDG_RUNTIME_DIR", runtime)
+    clean_env.setenv("PATH", bindir + ":/usr/bin:/bin")
+    clean_env.delenv("FORKBOX_NO_SCOPE", raising=False)
+    return bindir
+
+
+def test_scope_launcher_only_for_a_user_whose_systemd_runs(sockdir, clean_env):
+    bindir = user_manager_env(sockdir, clean_env, "exit 0\n")
+    tool = os.path.join(bindir, "systemd-run")
+    assert _daemon.scope_launcher(euid=1000) == [
+        tool, "--user", "--scope", "--quiet", "--collect", "-p", "Delegate=yes", "--"]
+    assert _daemon.scope_launcher(euid=0) == []  # root's daemon: cgroups of its own already
+    env = dict(os.environ)
+    assert _daemon.scope_launcher({**env, "FORKBOX_NO_SCOPE": "1"}, euid=1000) == []
+    assert _daemon.scope_launcher({**env, "FORKBOX_NO_SCOPE": "0"}, euid=1000) != []
+    assert _daemon.scope_launcher({**env, "XDG_RUNTIME_DIR": sockdir}, euid=1000) == []  # no manager
+    assert _daemon.scope_launcher({k: v for k, v in env.items() if k != "XDG_RUNTIME_DIR"}, euid=1000) == []
+    assert _daemon.scope_launcher({**env, "PATH": "/nonexistent"}, euid=1000) == []  # no systemd-run
+
+
+def as_a_user(monkeypatch):
+    real = _daemon.scope_launcher
+    monkeypatch.setattr(_daemon, "scope_launcher", lambda environ=None, euid=None: real(environ, 1000))
+
+
+def test_autostart_runs_a_users_daemon_in_a_delegated_scope(sockdir, fake_binary, clean_env, monkeypatch):
+    _, started = fake_binary
+    # systemd-run with --scope runs the command itself once the scope holds it.
+    user_manager_env(sockdir, clean_env, f'echo "$@" > {sockdir}/systemd-run.args\n'
+                                         'while [ "$1" != "--" ]; do shift; done; shift\nexec "$@"\n')
+    as_a_user(monkeypatch)
+    path = os.path.join(sockdir, "scoped.sock")
+    started.append(path)
+    assert Forkbox(socket=path, autostart=True).run(argv=["scoped"]).stdout == "scoped"
+    with open(os.path.join(sockdir, "systemd-run.args")) as f:
+        args = f.read().split()
+    assert args[:7] == ["--user", "--scope", "--quiet", "--collect", "-p", "Delegate=yes", "--"], args
+    assert args[8:] == ["daemon", "--socket", path], args
+    assert len(pids_started(path)) == 1
+
+
+def test_autostart_without_a_scope_when_systemd_cannot_make_one(sockdir, fake_binary, clean_env, monkeypatch):
+    _, started = fake_binary
+    user_manager_env(sockdir, clean_env, 'echo "Failed to connect to bus: No medium found" >&2\nexit 1\n')
+    as_a_user(monkeypatch)
+    path = os.path.join(sockdir, "plain.sock")
+    started.append(path)
+    assert Forkbox(socket=path, autostart=True).run(argv=["plain"]).stdout == "plain"
+    assert len(pids_started(path)) == 1
+    with open(os.path.join(sockdir, "forkbox-daemon.log")) as f:
+        assert "Failed to connect to bus" in f.read()
