@@ -355,3 +355,13 @@ TEST(VariantText, StringsArraysAndTuples) {
     EXPECT_FALSE(ok("1 2"));
     EXPECT_FALSE(ok("bogus"));
 }
+
+TEST(DbusAddress, TheSessionBusFromTheEnvironmentElseTheRuntimeDirectory) {
+    ::unsetenv("DBUS_SESSION_BUS_ADDRESS");
+    EXPECT_EQ(session_bus_path("/run/user/1000").value(), "/run/user/1000/bus");
+    ::setenv("DBUS_SESSION_BUS_ADDRESS", "tcp:host=x;unix:guid=1,path=/run/user/1000/my%20bus", 1);
+    EXPECT_EQ(session_bus_path("/run/user/1000").value(), "/run/user/1000/my bus");
+    ::setenv("DBUS_SESSION_BUS_ADDRESS", "unix:abstract=/tmp/dbus-x", 1);
+    EXPECT_FALSE(session_bus_path("/run/user/1000"));
+    ::unsetenv("DBUS_SESSION_BUS_ADDRESS");
+}

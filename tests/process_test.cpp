@@ -15,6 +15,7 @@
 #include "libforkbox/process/namespaces.hpp"
 #include "libforkbox/process/pidfd.hpp"
 #include "libforkbox/process/process.hpp"
+#include "libforkbox/process/rootless.hpp"
 
 using namespace forkbox;
 using namespace forkbox::oci;
@@ -239,4 +240,15 @@ TEST(ProcStat, AnInitWaitingForItsNamespaceIsExitingNotAZombie) {
     ASSERT_EQ(::waitpid(helper, &status, 0), helper);
     ASSERT_TRUE(WIFEXITED(status));
     EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(OuterId, MapsThroughTheLineThatHoldsTheId) {
+    // rootless podman's: its user as 0, subordinate ids above.
+    const char* map = "         0       1000          1\n         1     100000      65536\n";
+    EXPECT_EQ(outer_id(map, 0), 1000u);
+    EXPECT_EQ(outer_id(map, 1), 100000u);
+    EXPECT_EQ(outer_id(map, 65536), 165535u);
+    EXPECT_FALSE(outer_id(map, 65537));
+    EXPECT_EQ(outer_id("0 0 4294967295\n", 1234), 1234u);
+    EXPECT_FALSE(outer_id("", 0));
 }

@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include "libforkbox/base/log.hpp"
 #include "libforkbox/base/trace.hpp"
+#include "libforkbox/process/rootless.hpp"
 
 namespace forkbox::systemd {
 
@@ -18,6 +21,7 @@ constexpr const char* kPath = "/org/freedesktop/systemd1";
 constexpr const char* kManager = "org.freedesktop.systemd1.Manager";
 constexpr const char* kPrivateSocket = "/run/systemd/private";
 constexpr const char* kSystemBus = "system bus";
+constexpr const char* kSessionBus = "session bus";
 // How long a plain call (not a job) may take.
 constexpr std::chrono::seconds kCallTimeout{25};
 
@@ -52,12 +56,11 @@ bool bus_unusable(const Error& e) {
 }  // namespace
 
 Result<Manager> Manager::connect() {
-    if (::geteuid() != 0)
-        return fail(ENOTSUP, "--systemd-cgroup as an unprivileged user is not supported yet: use cgroupfs (no --systemd-cgroup)");
+    if (rootless_mode().any()) return connect_user();
     auto bus = dbus::system_bus_path();
     if (bus) {
         auto c = dbus::Connection::open(*bus, true);
-        if (c) return Manager(std::move(*c), kSystemBus);
+        if (c) return Manager(std::move(*c), kSystemBus, kPrivateSocket, ::geteuid(), false);
         log::debug("systemd: system bus " + *bus + ": " + c.error().what() + "; trying " + kPrivateSocket);
     }
     auto c = dbus::Connection::open(kPrivateSocket, false);
@@ -65,18 +68,40 @@ Result<Manager> Manager::connect() {
         std::string why = bus ? "the system bus (" + *bus + ") and " + kPrivateSocket : std::string(kPrivateSocket);
         return std::unexpected(c.error().wrap("systemd: cannot reach " + why + " (is systemd running?)"));
     }
-    return Manager(std::move(*c), kPrivateSocket);
+    return Manager(std::move(*c), kPrivateSocket, kPrivateSocket, ::geteuid(), false);
+}
+
+Result<Manager> Manager::connect_user() {
+    // From a user namespace (rootless podman's), the peer sees the host's uid: EXTERNAL must
+    // name that one.
+    uid_t uid = host_euid();
+    const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+    std::string runtime = xdg && *xdg ? std::string(xdg) : "/run/user/" + std::to_string(uid);
+    std::string private_socket = runtime + "/systemd/private";
+    auto bus = dbus::session_bus_path(runtime);
+    if (bus) {
+        auto c = dbus::Connection::open(*bus, true, uid);
+        if (c) return Manager(std::move(*c), kSessionBus, private_socket, uid, true);
+        log::debug("systemd: session bus " + *bus + ": " + c.error().what() + "; trying " + private_socket);
+    }
+    auto c = dbus::Connection::open(private_socket, false, uid);
+    if (!c) {
+        std::string why = bus ? "the session bus (" + *bus + ") and " + private_socket : private_socket;
+        return std::unexpected(c.error().wrap("systemd: cannot reach the user's manager: " + why +
+                                              " (is `systemd --user` running, and XDG_RUNTIME_DIR set?)"));
+    }
+    return Manager(std::move(*c), private_socket, private_socket, uid, true);
 }
 
 template <typename F>
 auto Manager::with_fallback(F&& f) -> decltype(f()) {
     auto r = f();
-    if (r || answered_ || via_ != kSystemBus || !bus_unusable(r.error())) return r;
-    auto c = dbus::Connection::open(kPrivateSocket, false);
+    if (r || answered_ || via_ == private_socket_ || !bus_unusable(r.error())) return r;
+    auto c = dbus::Connection::open(private_socket_, false, auth_uid_);
     if (!c) return r;
-    log::debug("systemd: " + r.error().what() + " on the system bus; using " + kPrivateSocket);
+    log::debug("systemd: " + r.error().what() + " on the " + via_ + "; using " + private_socket_);
     conn_ = std::move(*c);
-    via_ = kPrivateSocket;
+    via_ = private_socket_;
     subscribed_ = false;
     subscribe_serial_ = 0;
     return f();
@@ -111,6 +136,21 @@ int Manager::version() {
     if (!r) log::debug("systemd: Manager.Version: " + r.error().what());
     version_ = r ? *r : -1;
     return *version_;
+}
+
+Result<std::string> Manager::control_group() {
+    if (!for_user_) return std::string();
+    return with_fallback([&]() -> Result<std::string> {
+        FB_ASSIGN(Message reply, conn_.call(systemd_call("org.freedesktop.DBus.Properties", "Get",
+                                                         {Value::string(kManager), Value::string("ControlGroup")}),
+                                            Clock::now() + kCallTimeout));
+        answered_ = true;
+        if (reply.body.empty() || reply.body[0].unwrapped().code() != 's')
+            return fail(EPROTO, "systemd: Manager.ControlGroup is not a string");
+        std::string group = reply.body[0].unwrapped().as_string();
+        if (group == "/") group.clear();
+        return group;
+    });
 }
 
 Result<std::string> Manager::start_job(const std::string& unit, const Properties& properties) {

@@ -1,7 +1,8 @@
 // The systemd cgroup driver's D-Bus half: systemd's Manager interface, the calls runc makes.
-// Connects to the system bus (dbus-daemon), and as root falls back to systemd's own
+// Connects to the system bus (dbus-daemon), and falls back to systemd's own
 // /run/systemd/private socket (a peer, no bus in between) when the bus cannot be reached or
-// systemd is not on it, as runc does.
+// systemd is not on it, as runc does; rootless, the same with the user's manager (the session
+// bus, $XDG_RUNTIME_DIR/systemd/private).
 #pragma once
 
 #include <chrono>
@@ -19,12 +20,21 @@ inline constexpr std::chrono::seconds kJobTimeout{30};
 
 class Manager {
 public:
-    // Only the system manager: a rootless driver would need the user's manager and its
-    // delegated subtree (not supported yet).
+    // Root's: the system manager, on the system bus or its private socket. A rootless
+    // caller's (an unprivileged user, or root in a user namespace, as under rootless podman):
+    // the user's own manager (`systemd --user`), on the session bus or on
+    // $XDG_RUNTIME_DIR/systemd/private, authenticated as the host's uid; its units' cgroups are
+    // delegated to the user.
     static Result<Manager> connect();
 
-    // Which socket answered: "system bus" or "/run/systemd/private" (for debug logs, tests).
+    // Which socket answered: "system bus", "session bus" or a private socket's path (for debug
+    // logs, tests).
     const std::string& via() const { return via_; }
+    // The user's manager, not the system's.
+    bool for_user() const { return for_user_; }
+    // The manager's own cgroup (Manager.ControlGroup: "/user.slice/user-1000.slice/
+    // user@1000.service" for a user's), below which its slices are; "" for the system's.
+    Result<std::string> control_group();
 
     // Manager.Version as a number (252), asked once; -1 when systemd does not say.
     int version();
@@ -41,10 +51,16 @@ public:
     Result<void> set_unit_properties(const std::string& unit, const Properties& properties);
 
 private:
-    Manager(dbus::Connection c, std::string via) : conn_(std::move(c)), via_(std::move(via)) {}
-    // Runs one exchange; when the system bus turns out not to work (systemd is not on it, the
-    // daemon hung up) before anything was done through it, switches to the private socket
-    // (root only) and runs it again.
+    Manager(dbus::Connection c, std::string via, std::string private_socket, uid_t auth_uid, bool for_user)
+        : conn_(std::move(c)),
+          via_(std::move(via)),
+          private_socket_(std::move(private_socket)),
+          auth_uid_(auth_uid),
+          for_user_(for_user) {}
+    static Result<Manager> connect_user();
+    // Runs one exchange; when the bus turns out not to work (systemd is not on it, the daemon
+    // hung up) before anything was done through it, switches to the manager's private socket
+    // and runs it again.
     template <typename F>
     auto with_fallback(F&& f) -> decltype(f());
     Result<std::string> start_job(const std::string& unit, const Properties& properties);
@@ -54,6 +70,9 @@ private:
 
     dbus::Connection conn_;
     std::string via_;
+    std::string private_socket_;  // the manager's own socket, the bus's fallback
+    uid_t auth_uid_;
+    bool for_user_;
     bool answered_ = false;  // systemd answered through this connection
     bool subscribed_ = false;
     uint32_t subscribe_serial_ = 0;

@@ -662,18 +662,28 @@ Result<void> ContainerCreation::run_without_cgroups(const Error& refused, const 
 // not asked for (ask_warm_template): the unit's cgroups are systemd's to make.
 Result<void> ContainerCreation::prepare_systemd_unit(std::vector<CgroupWrite> writes) {
     if (!warm_.spare_cgroup.empty()) return fail(EPROTO, "zygote: a spare cgroup for a systemd unit");
+    bool unified = layout_.mode == CgroupMode::V2;
+    // A user's manager is delegated the v2 hierarchy alone: v1 controllers stay root's.
+    if (rootless_mode().any() && !unified)
+        return fail(ENOTSUP, "--systemd-cgroup as an unprivileged user needs cgroup v2: a user's systemd manager is "
+                             "delegated no cgroup v1 controller (use cgroupfs: no --systemd-cgroup)");
     FB_ASSIGN(systemd::Manager manager, systemd::Manager::connect());
     systemd_.emplace(std::move(manager));
     trace::mark("create: systemd connected");
-    bool unified = layout_.mode == CgroupMode::V2;
     // Plan::resources: with the device rules a container gets without any (a deny-all).
     int version = systemd::needs_version(plan_.resources) ? systemd_->version() : -1;
     FB_ASSIGN(systemd_properties_, systemd::resource_properties(plan_.resources, unified, version));
     // After the resources, so that an annotation can override what they say.
     FB_ASSIGN(auto annotated, systemd::annotation_properties(spec().annotations));
     systemd_properties_.insert(systemd_properties_.end(), annotated.begin(), annotated.end());
+    // Where the manager's slices are: a user's below its own cgroup (user@UID.service), the
+    // system's at the root of what this process sees of the hierarchy.
     std::string root;
-    if (auto proc1 = read_file("/proc/1/cgroup")) root = systemd::manager_root(layout_, *proc1);
+    if (systemd_->for_user()) {
+        FB_ASSIGN(root, systemd_->control_group());
+    } else if (auto proc1 = read_file("/proc/1/cgroup")) {
+        root = systemd::manager_root(layout_, *proc1);
+    }
     std::vector<bool> by_systemd;
     for (const auto& h : layout_.hierarchies) by_systemd.push_back(systemd::manages(h));
     FB_TRY(record_cgroups(planned_cgroups(layout_, root + plan_.cgroups_path, by_systemd)));

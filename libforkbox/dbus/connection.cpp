@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 namespace forkbox::dbus {
 
@@ -49,11 +50,10 @@ Error reply_error(const Message& reply) {
     return Error(err, text + " (" + reply.error_name + ")");
 }
 
-Result<std::string> system_bus_path() {
-    const char* env = std::getenv("DBUS_SYSTEM_BUS_ADDRESS");
-    if (!env || !*env) return std::string("/run/dbus/system_bus_socket");
-    std::string_view all(env);
-    // Addresses separated by ';', each "transport:key=value,key=value"; values %-escaped.
+namespace {
+
+// The first unix:path= of a D-Bus address list ("transport:key=value,...;..."), %-unescaped.
+std::optional<std::string> unix_path_in(std::string_view all) {
     while (!all.empty()) {
         size_t semi = all.find(';');
         std::string_view address = all.substr(0, semi);
@@ -78,10 +78,25 @@ Result<std::string> system_bus_path() {
             return path;
         }
     }
-    return fail(EINVAL, "DBUS_SYSTEM_BUS_ADDRESS has no unix:path= address: " + std::string(env));
+    return std::nullopt;
 }
 
-Result<Connection> Connection::open(const std::string& path, bool bus) {
+Result<std::string> bus_path_from(const char* variable, const std::string& fallback) {
+    const char* env = std::getenv(variable);
+    if (!env || !*env) return fallback;
+    if (auto path = unix_path_in(env)) return *path;
+    return fail(EINVAL, std::string(variable) + " has no unix:path= address: " + env);
+}
+
+}  // namespace
+
+Result<std::string> system_bus_path() { return bus_path_from("DBUS_SYSTEM_BUS_ADDRESS", "/run/dbus/system_bus_socket"); }
+
+Result<std::string> session_bus_path(const std::string& runtime_dir) {
+    return bus_path_from("DBUS_SESSION_BUS_ADDRESS", runtime_dir + "/bus");
+}
+
+Result<Connection> Connection::open(const std::string& path, bool bus, uid_t auth_uid) {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     if (path.size() >= sizeof(addr.sun_path)) return fail(ENAMETOOLONG, "D-Bus socket path too long: " + path);
@@ -89,12 +104,12 @@ Result<Connection> Connection::open(const std::string& path, bool bus) {
     unique_fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd) return sys_error("socket");
     if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0) return sys_error("connect " + path);
-    return adopt(std::move(fd), bus);
+    return adopt(std::move(fd), bus, auth_uid);
 }
 
-Connection Connection::adopt(unique_fd fd, bool bus) {
+Connection Connection::adopt(unique_fd fd, bool bus, uid_t auth_uid) {
     Connection c(std::move(fd), bus);
-    c.preamble_ = sasl_external_preamble(::geteuid());
+    c.preamble_ = sasl_external_preamble(auth_uid);
     if (bus)
         c.hello_serial_ = c.queue(Message::method_call("org.freedesktop.DBus", "/org/freedesktop/DBus",
                                                        "org.freedesktop.DBus", "Hello"));

@@ -10,6 +10,8 @@
 // wait for ever (seen with StopUnit; a long StartTransientUnit happened to get through).
 #pragma once
 
+#include <unistd.h>
+
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -35,15 +37,18 @@ Error reply_error(const Message& reply);
 // The address of the system bus (DBUS_SYSTEM_BUS_ADDRESS's unix:path=, else
 // /run/dbus/system_bus_socket). Only unix:path= addresses are understood.
 Result<std::string> system_bus_path();
+// The user's session bus: DBUS_SESSION_BUS_ADDRESS's unix:path=, else `runtime_dir`/bus.
+Result<std::string> session_bus_path(const std::string& runtime_dir);
 
 class Connection {
 public:
     // Connects to the socket at `path`. With `bus` the peer is a message bus (dbus-daemon) and
     // Hello is sent; without, it is a peer (systemd's /run/systemd/private). Nothing is read
     // yet: a refused authentication shows at the first reply.
-    static Result<Connection> open(const std::string& path, bool bus);
+    // `auth_uid` is the uid the peer sees this process as (the host's, from a user namespace).
+    static Result<Connection> open(const std::string& path, bool bus, uid_t auth_uid = ::geteuid());
     // The same over a socket connected already (a socketpair in tests).
-    static Connection adopt(unique_fd fd, bool bus);
+    static Connection adopt(unique_fd fd, bool bus, uid_t auth_uid = ::geteuid());
 
     Connection(Connection&&) = default;
     Connection& operator=(Connection&&) = default;

@@ -33,6 +33,22 @@ const RootlessMode& rootless_mode() {
     return mode;
 }
 
+std::optional<uid_t> outer_id(std::string_view map, uid_t inside) {
+    std::istringstream in{std::string(map)};
+    unsigned long first = 0, outside = 0, count = 0;
+    while (in >> first >> outside >> count)
+        if (inside >= first && inside - first < count) return static_cast<uid_t>(outside + (inside - first));
+    return std::nullopt;
+}
+
+uid_t host_euid() {
+    uid_t euid = ::geteuid();
+    if (!rootless_mode().in_user_namespace) return euid;
+    auto map = read_file("/proc/self/uid_map");
+    if (!map) return euid;
+    return outer_id(*map, euid).value_or(euid);
+}
+
 std::string default_state_root() {
     const char* xdg = std::getenv("XDG_RUNTIME_DIR");
     if (xdg && *xdg) {

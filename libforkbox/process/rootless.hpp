@@ -4,7 +4,11 @@
 // belongs to the user.
 #pragma once
 
+#include <sys/types.h>
+
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace forkbox {
 
@@ -16,6 +20,13 @@ struct RootlessMode {
 
 // Read once per process (a look at /proc/self/uid_map), then cached.
 const RootlessMode& rootless_mode();
+
+// The id `inside` is in the parent user namespace, from a uid_map or gid_map text ("inside
+// outside count" lines); nullopt when no line maps it (pure).
+std::optional<uid_t> outer_id(std::string_view map, uid_t inside);
+// This process's effective uid as the parent user namespace (the host, one level up) sees
+// it: what a peer on a Unix socket outside gets as our credentials.
+uid_t host_euid();
 
 // runc's default state root, for forkbox: $XDG_RUNTIME_DIR/forkbox for an unprivileged user,
 // and for root in a user namespace unless $USER is root; /run/forkbox otherwise.

@@ -1,15 +1,16 @@
 #!/usr/bin/env bats
-# A user's sandbox daemon under a real systemd user manager, the way a desktop user gets
-# one: `systemd-run --user --scope -p Delegate=yes forkbox daemon` (README), and the SDK's
-# autostart, which does the same when the user's systemd runs. The fixture of
-# systemd-helpers.bash (SD_CGROUP2_ONLY=1: systemd in unified mode on the host's cgroup2
-# hierarchy) runs the test user's manager as a delegated service, as user@.service would be
-# (logind, which starts that one, is not part of the fixture), with the system bus up: the
-# user manager asks the system manager to move a scope's process into it. On this hybrid
-# machine the cgroup2 hierarchy holds no controller but hugetlb, so the limits stay rlimits
-# here; what is checked is the delegation: the daemon's move into a leaf of its scope and
-# the sandboxes' cgroups beside it. The fixture's /proc/sys is made writable again after
-# systemd's boot (setup_file says why).
+# A user's systemd manager, as a desktop user has one: the sandbox daemon started in a
+# delegated scope (`systemd-run --user --scope -p Delegate=yes forkbox daemon`, README), the
+# SDK's autostart, which does the same when the user's systemd runs, and the systemd cgroup
+# driver as an unprivileged user (`--systemd-cgroup`: a scope of the user's manager, as
+# rootless podman's default cgroup manager asks). The fixture of systemd-helpers.bash
+# (SD_CGROUP2_ONLY=1: systemd in unified mode on the host's cgroup2 hierarchy) runs the test
+# user's manager as a delegated service, as user@.service would be (logind, which starts that
+# one, is not part of the fixture), with the system bus up: the user manager asks the system
+# manager to move a scope's process into it. On this hybrid machine the cgroup2 hierarchy
+# holds no controller but hugetlb, so the limits stay rlimits here; what is checked is the
+# delegation: where the processes land, and that nothing is left. The fixture's /proc/sys is
+# made writable again after systemd's boot (setup_file says why).
 
 load helpers
 load rootless-helpers
@@ -70,6 +71,17 @@ as_fixture_user() {
 # v2_cgroup_in_fixture PID: the process's cgroup, as the fixture sees it.
 v2_cgroup_in_fixture() {
 	sd_exec awk -F: '$1 == "0" { print $3 }' "/proc/$1/cgroup"
+}
+
+# user_bundle ID: a rootless bundle of the test user's (`spec --rootless` as the user), no
+# terminal, cgroupsPath user.slice:forkbox:ID; sets BUNDLE_DIR.
+user_bundle() {
+	BUNDLE_DIR=$UM_DIR/bundle-$1
+	mkdir -p "$BUNDLE_DIR"
+	cp -a "$(base_rootfs)" "$BUNDLE_DIR/rootfs"
+	chown -R "$RL_UID:$RL_GID" "$BUNDLE_DIR"
+	as_fixture_user sh -c "cd '$BUNDLE_DIR' && '$UM_DIR/forkbox' spec --rootless" || fail "spec --rootless as the user"
+	jq_edit "$BUNDLE_DIR/config.json" '.process.terminal = false | .linux.cgroupsPath = "user.slice:forkbox:'"$1"'"'
 }
 
 # wait_for_info SOCKET: until the user's daemon there answers --info (5 s at most).
@@ -146,4 +158,46 @@ print(json.dumps({"stdout": r.stdout, "limits": r.limits, "info": Forkbox().info
 	[[ $where == */app.slice/run-*.scope/forkbox-daemon ]] ||
 		fail "the autostarted daemon's cgroup is $where: $(sd_exec cat "$UM_RUNTIME/forkbox/forkbox-daemon.log")"
 	sd_exec kill -TERM "$daemon"
+}
+
+@test "systemd driver as an unprivileged user: the container in a delegated scope of the user's manager, gone after delete" {
+	local id=fbu-$$-$BATS_TEST_NUMBER bundle
+	user_bundle "$id"
+	bundle=$BUNDLE_DIR
+	jq_edit "$bundle/config.json" '.process.args = ["/bin/sh", "-c", "echo started; exec sleep 100"]'
+	local fb=("$UM_DIR/forkbox" --root "$UM_RUNTIME/forkbox-state" --systemd-cgroup)
+	# The container keeps create's stdio: files, not bats' pipe.
+	as_fixture_user "${fb[@]}" create -b "$bundle" "$id" </dev/null >"$UM_DIR/$id.out" 2>"$UM_DIR/$id.err" ||
+		fail "create: $(cat "$UM_DIR/$id.err")"
+
+	run as_fixture_user systemctl --user is-active "forkbox-$id.scope"
+	assert_output active
+	run as_fixture_user systemctl --user show -P Delegate "forkbox-$id.scope"
+	assert_output yes
+	local manager pid
+	manager=$(as_fixture_user systemctl --user show -P ControlGroup)
+	pid=$(as_fixture_user "${fb[@]}" state "$id" | jq -r .pid)
+	assert_equal "$(v2_cgroup_in_fixture "$pid")" "$manager/user.slice/forkbox-$id.scope"
+
+	run as_fixture_user "${fb[@]}" start "$id"
+	assert_success
+	run as_fixture_user "${fb[@]}" delete --force "$id"
+	assert_success
+	run as_fixture_user systemctl --user is-active "forkbox-$id.scope"
+	refute_output active
+	run sd_exec test -d "/sys/fs/cgroup$manager/user.slice/forkbox-$id.scope"
+	assert_failure
+}
+
+@test "systemd driver as an unprivileged user without a manager to reach: a clear error, nothing made" {
+	local id=fbn-$$-$BATS_TEST_NUMBER bundle
+	user_bundle "$id"
+	bundle=$BUNDLE_DIR
+	run sd_exec setpriv --reuid "$RL_UID" --regid "$RL_GID" --init-groups env -i PATH=/usr/bin:/bin \
+		XDG_RUNTIME_DIR="$UM_DIR/no-manager" "$UM_DIR/forkbox" --root "$UM_RUNTIME/no-manager-state" --systemd-cgroup \
+		create -b "$bundle" "$id" </dev/null 2>&1
+	assert_failure
+	assert_output --partial "cannot reach the user's manager"
+	run sd_exec ls "$UM_RUNTIME/no-manager-state"
+	refute_output --partial "$id"
 }
