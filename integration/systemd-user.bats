@@ -181,6 +181,17 @@ print(json.dumps({"stdout": r.stdout, "limits": r.limits, "info": Forkbox().info
 
 	run as_fixture_user "${fb[@]}" start "$id"
 	assert_success
+	# exec's process is born in the container's cgroup from within the user's manager's
+	# subtree (a scope of its own here; podman's processes are there); from outside it (here
+	# the fixture's caller cgroup, as a login shell's session scope: root's) the kernel refuses
+	# that, and systemd attaches it before it goes on.
+	local via
+	for via in "systemd-run --user --scope --quiet --collect --" ""; do
+		# shellcheck disable=SC2086 # the launcher's words
+		run as_fixture_user $via "${fb[@]}" exec "$id" awk -F: '$1 == "0" { print $3 }' /proc/self/cgroup
+		assert_success
+		assert_output "/" # the root of the container's cgroup namespace: its scope
+	done
 	run as_fixture_user "${fb[@]}" delete --force "$id"
 	assert_success
 	run as_fixture_user systemctl --user is-active "forkbox-$id.scope"

@@ -255,4 +255,15 @@ Result<void> Manager::set_unit_properties(const std::string& unit, const Propert
     return r;
 }
 
+Result<void> Manager::attach_processes(const std::string& unit, const std::vector<uint32_t>& pids) {
+    auto r = with_fallback([&]() -> Result<void> {
+        FB_TRY(conn_.call(manager_call("AttachProcessesToUnit", {Value::string(unit), Value::string(""), Value::uint32s(pids)}),
+                          Clock::now() + kCallTimeout));
+        answered_ = true;
+        return {};
+    });
+    if (!r) return std::unexpected(r.error().wrap("systemd: attach processes to unit " + unit));
+    return r;
+}
+
 }  // namespace forkbox::systemd

@@ -49,6 +49,10 @@ public:
     Result<void> reset_failed_unit(const std::string& unit);
     // SetUnitProperties(unit, runtime=true, properties).
     Result<void> set_unit_properties(const std::string& unit, const Properties& properties);
+    // AttachProcessesToUnit(unit, "", pids): systemd moves them into the unit's cgroup, which
+    // a user's process outside the user's delegated subtree may not do itself (a user's
+    // manager asks the system's).
+    Result<void> attach_processes(const std::string& unit, const std::vector<uint32_t>& pids);
 
 private:
     Manager(dbus::Connection c, std::string via, std::string private_socket, uid_t auth_uid, bool for_user)

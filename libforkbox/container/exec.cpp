@@ -22,12 +22,14 @@
 #include "libforkbox/base/trace.hpp"
 #include "libforkbox/cgroup/cgroups.hpp"
 #include "libforkbox/cgroup/freezer.hpp"
+#include "libforkbox/cgroup/systemd_manager.hpp"
 #include "libforkbox/container/container.hpp"
 #include "libforkbox/container/seccomp_agent.hpp"
 #include "libforkbox/process/exec_guard.hpp"
 #include "libforkbox/process/foreground.hpp"
 #include "libforkbox/process/pidfd.hpp"
 #include "libforkbox/process/process.hpp"
+#include "libforkbox/process/rootless.hpp"
 #include "libforkbox/process/signals.hpp"
 #include "libforkbox/process/sync.hpp"
 #include "libforkbox/process/terminal.hpp"
@@ -85,6 +87,8 @@ struct ExecChild {
     std::string keyring;  // empty: keep the caller's
     int exec_stub_fd = -1;   // make_exec_stub(): the final exec goes through it
     int exec_error_fd = -1;  // the stub writes a failed exec's errno here
+    // Born outside the container's cgroup (attached by systemd): read "g" here first.
+    int attach_gate_fd = -1;
 };
 
 Result<void> run_exec_child(ExecChild& a) {
@@ -94,6 +98,14 @@ Result<void> run_exec_child(ExecChild& a) {
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     reset_signal_dispositions();
+    if (a.attach_gate_fd >= 0) {
+        char go = 0;
+        ssize_t n;
+        do n = ::read(a.attach_gate_fd, &go, 1);
+        while (n < 0 && errno == EINTR);
+        if (n != 1 || go != 'g') return fail(EACCES, "exec: not moved into the container's cgroup");
+        ::close(a.attach_gate_fd);
+    }
 
     FB_TRY(join_v1_cgroups(a.cgroup_task_fds));
     // Through the runtime's /proc, before the container's (see init).
@@ -351,12 +363,33 @@ Result<int> exec_into(const StateStore& store, const ExecOptions& opt) {
         FB_TRY(set_cpu_affinity(proc.exec_cpu_affinity->initial, "process.execCPUAffinity.initial"));
     std::fflush(nullptr);
     pid_t child = sys::clone3_fork(0, unified_dir.get());
+    // A user's process outside the user's delegated subtree (a login shell's session scope is
+    // root's) may not put a child into the container's cgroup; the user's systemd manager,
+    // whose unit the container is, can: the child waits at a gate until it has.
+    unique_fd gate_read, gate_write;
+    if (child < 0 && errno == EACCES && unified_dir && !state.systemd_unit.empty() && rootless_mode().any()) {
+        int gp[2];
+        if (::pipe2(gp, O_CLOEXEC) < 0) return sys_error("exec attach pipe");
+        gate_read.reset(gp[0]);
+        gate_write.reset(gp[1]);
+        child_args.attach_gate_fd = gate_read.get();
+        child = sys::clone3_fork(0);
+    }
     if (child < 0) return sys_error("clone exec process");
     if (child == 0) {
         parent_end.reset();
+        gate_write.reset();
         exec_child(child_args);
     }
     ChildGuard guard(child);
+    if (gate_write) {
+        gate_read.reset();
+        auto manager = systemd::Manager::connect();
+        if (!manager) return std::unexpected(manager.error());
+        FB_TRY(manager->attach_processes(state.systemd_unit, {static_cast<uint32_t>(child)}));
+        if (::write(gate_write.get(), "g", 1) != 1) return sys_error("exec attach gate");
+        gate_write.reset();
+    }
     child_end.reset();
     exec_error_child.reset();
     console_fd.reset();
