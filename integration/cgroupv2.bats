@@ -38,6 +38,10 @@ teardown() {
 	if [[ -n ${DAEMON_PID:-} ]]; then
 		kill -TERM "$DAEMON_PID" 2>/dev/null
 		wait "$DAEMON_PID" 2>/dev/null
+		# The parents its templates' spare cgroups and its sandbox service's cgroups were
+		# made in, in the host's v2 hierarchy: removed once empty (an rmdir of a cgroup that
+		# still has children or processes fails and changes nothing).
+		rmdir "$V2/forkbox-sandbox" "$V2/forkbox" 2>/dev/null
 	fi
 	fb_teardown
 	# What delete left of this test's v2 cgroup (the hierarchy is the host's).
