@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 
 #include "libforkbox/base/files.hpp"
 
@@ -12,9 +11,10 @@ namespace forkbox {
 
 Result<std::string> enable_v2_controllers(const std::string& dir, std::span<const std::string_view> wanted) {
     FB_ASSIGN(std::string available, read_file(dir + "/cgroup.controllers"));
-    CgroupLayout offered{CgroupMode::V2, {CgroupHierarchy{dir, true, v2_controller_list(available)}}};
+    std::string listed = "," + v2_controller_list(available) + ",";
     for (auto c : wanted)
-        if (layout_offers(offered, c)) (void)write_file(dir + "/cgroup.subtree_control", "+" + std::string(c));
+        if (listed.find("," + std::string(c) + ",") != std::string::npos)
+            (void)write_file(dir + "/cgroup.subtree_control", "+" + std::string(c));
     FB_ASSIGN(std::string enabled, read_file(dir + "/cgroup.subtree_control"));
     return v2_controller_list(enabled);
 }
@@ -27,14 +27,8 @@ Result<std::string> enter_delegated_cgroup(const CgroupHierarchy& v2, std::strin
     for (const char* file : {"", "/cgroup.procs", "/cgroup.subtree_control"})
         if (::access((own + file).c_str(), W_OK) < 0)
             return fail(errno, own + file + " is not delegated to uid " + std::to_string(::geteuid()));
-    FB_ASSIGN(std::string procs, read_file(own + "/cgroup.procs"));
-    for (size_t i = 0; i < procs.size();) {
-        size_t end = procs.find('\n', i);
-        if (end == std::string::npos) end = procs.size();
-        if (end > i && std::strtol(procs.c_str() + i, nullptr, 10) != ::getpid())
-            return fail(own + " holds other processes than the daemon (pid " + procs.substr(i, end - i) + ")");
-        i = end + 1;
-    }
+    for (pid_t pid : cgroup_pids(own))
+        if (pid != ::getpid()) return fail(own + " holds other processes than the daemon (pid " + std::to_string(pid) + ")");
     std::string leaf_dir = own + "/" + std::string(leaf);
     if (::mkdir(leaf_dir.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("mkdir " + leaf_dir);
     FB_TRY(write_file(leaf_dir + "/cgroup.procs", std::to_string(::getpid())));

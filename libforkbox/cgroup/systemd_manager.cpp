@@ -123,34 +123,31 @@ void Manager::subscribe() {
                        kManager + "',member='JobRemoved'")}));
 }
 
-int Manager::version() {
-    if (version_) return *version_;
-    auto r = with_fallback([&]() -> Result<int> {
+Result<std::string> Manager::string_property(const char* name) {
+    return with_fallback([&]() -> Result<std::string> {
         FB_ASSIGN(Message reply, conn_.call(systemd_call("org.freedesktop.DBus.Properties", "Get",
-                                                         {Value::string(kManager), Value::string("Version")}),
+                                                         {Value::string(kManager), Value::string(name)}),
                                             Clock::now() + kCallTimeout));
         answered_ = true;
-        if (reply.body.empty() || reply.body[0].unwrapped().code() != 's') return -1;
-        return parse_version(reply.body[0].unwrapped().as_string());
+        if (reply.body.empty() || reply.body[0].unwrapped().code() != 's')
+            return fail(EPROTO, std::string("systemd: Manager.") + name + " is not a string");
+        return reply.body[0].unwrapped().as_string();
     });
+}
+
+int Manager::version() {
+    if (version_) return *version_;
+    auto r = string_property("Version");
     if (!r) log::debug("systemd: Manager.Version: " + r.error().what());
-    version_ = r ? *r : -1;
+    version_ = r ? parse_version(*r) : -1;
     return *version_;
 }
 
 Result<std::string> Manager::control_group() {
     if (!for_user_) return std::string();
-    return with_fallback([&]() -> Result<std::string> {
-        FB_ASSIGN(Message reply, conn_.call(systemd_call("org.freedesktop.DBus.Properties", "Get",
-                                                         {Value::string(kManager), Value::string("ControlGroup")}),
-                                            Clock::now() + kCallTimeout));
-        answered_ = true;
-        if (reply.body.empty() || reply.body[0].unwrapped().code() != 's')
-            return fail(EPROTO, "systemd: Manager.ControlGroup is not a string");
-        std::string group = reply.body[0].unwrapped().as_string();
-        if (group == "/") group.clear();
-        return group;
-    });
+    auto group = string_property("ControlGroup");
+    if (group && *group == "/") group->clear();
+    return group;
 }
 
 Result<std::string> Manager::start_job(const std::string& unit, const Properties& properties) {

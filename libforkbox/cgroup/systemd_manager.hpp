@@ -67,6 +67,8 @@ private:
     // and runs it again.
     template <typename F>
     auto with_fallback(F&& f) -> decltype(f());
+    // Properties.Get of a string property of the Manager interface.
+    Result<std::string> string_property(const char* name);
     Result<std::string> start_job(const std::string& unit, const Properties& properties);
     Result<std::string> wait_job(const std::string& job, std::chrono::steady_clock::time_point deadline);
     dbus::Message manager_call(const char* member, std::vector<dbus::Value> body) const;

@@ -164,7 +164,7 @@ void remove_stale_cgroups(const CgroupLayout& layout, const std::string& relativ
 // --- setup ---
 
 void enter_delegated_v2_cgroup(ServerOptions& options) {
-    if (::geteuid() == 0 && !rootless_mode().in_user_namespace) return;
+    if (!rootless_mode().any()) return;  // root's: sandboxes' cgroups under the hierarchy's root
     auto host = detect_cgroup_layout();
     if (!host || host->mode != CgroupMode::V2 || !host->unified()) return;
     auto own = enter_delegated_cgroup(*host->unified(), "forkbox-daemon", kLimitControllers);
