@@ -42,6 +42,9 @@ DEB_PACKAGES := build-essential pkg-config git libseccomp-dev libyajl-dev libcap
 DEB_PACKAGES += bpftool
 # Rootless: newuidmap/newgidmap map subuid/subgid ranges for an unprivileged user.
 DEB_PACKAGES += uidmap
+# The systemd fixture (integration/systemd-helpers.bash): systemd booted in namespaces of its
+# own, dbus-daemon for its system bus, and systemd-run for systemd-user.bats' user manager.
+DEB_PACKAGES += systemd dbus
 # integration/podman.bats: podman (with conmon and catatonit for --init) drives forkbox;
 # bsdutils' `script` gives `podman run -it` a terminal.
 DEB_PACKAGES += podman conmon catatonit bsdutils
