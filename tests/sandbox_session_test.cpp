@@ -260,6 +260,35 @@ TEST(EndReport, AnEndBeforeTheDeadlineReportedAfterItIsNotATimeout) {
     EXPECT_TRUE(late.timed_out);
 }
 
+// At a deadline the service SIGKILLs the command itself and, awake, sees it die before its
+// init wakes to reap it: a timed-out run ends at that sight, the earlier of the two.
+TEST(EndReport, ATimedOutRunEndsWhenTheServiceSawItsKilledProcessesDead) {
+    auto released = Clock::now() - std::chrono::milliseconds(20);
+    auto deadline = released + std::chrono::milliseconds(10);
+    auto timed_out_run = [&](std::chrono::microseconds seen_after_deadline) {
+        auto r = std::make_unique<sandbox::Run>();
+        r->released = released;
+        r->request.timeout_ms = 10;
+        r->deadline = deadline;
+        r->timed_out = true;
+        r->killed_seen_dead = deadline + seen_after_deadline;
+        return r;
+    };
+    auto seen_first = timed_out_run(std::chrono::microseconds(150));
+    take_end_report(*seen_first, report_ending_at(deadline + std::chrono::microseconds(400)));
+    EXPECT_TRUE(seen_first->timed_out);
+    EXPECT_EQ(seen_first->ended, deadline + std::chrono::microseconds(150));
+    // Reaped (and reported) before the service looked: the report's end stays.
+    auto reaped_first = timed_out_run(std::chrono::microseconds(500));
+    take_end_report(*reaped_first, report_ending_at(deadline + std::chrono::microseconds(300)));
+    EXPECT_EQ(reaped_first->ended, deadline + std::chrono::microseconds(300));
+    // Only a run that timed out: an end before the deadline is the report's.
+    auto early = timed_out_run(std::chrono::microseconds(100));
+    take_end_report(*early, report_ending_at(released + std::chrono::milliseconds(9)));
+    EXPECT_FALSE(early->timed_out);
+    EXPECT_EQ(early->ended, released + std::chrono::milliseconds(9));
+}
+
 // The init runs beside untrusted code: an end before the release or after now is not taken.
 TEST(EndReport, AnImpossibleEndIsNotTaken) {
     for (auto offset : {std::chrono::milliseconds(-5), std::chrono::milliseconds(60000)}) {

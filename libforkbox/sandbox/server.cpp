@@ -1,6 +1,7 @@
 #include "libforkbox/sandbox/server.hpp"
 
 #include <dirent.h>
+#include <poll.h>
 #include <fcntl.h>
 #include <linux/mount.h>
 #include <sched.h>
@@ -675,6 +676,9 @@ void take_end_report(Run& r, std::string_view report) {
         // timed out, whatever the deadline's handling did to what the command left behind.
         if (r.timed_out && r.request.timeout_ms && r.ended < r.deadline) r.timed_out = false;
     }
+    // Killed at the deadline and seen dead by the service before the init reaped it.
+    if (r.timed_out && r.killed_seen_dead && *r.killed_seen_dead >= r.released && *r.killed_seen_dead < r.ended)
+        r.ended = *r.killed_seen_dead;
     r.usage.ru_utime.tv_sec = static_cast<time_t>(user_us / 1000000);
     r.usage.ru_utime.tv_usec = static_cast<suseconds_t>(user_us % 1000000);
     r.usage.ru_stime.tv_sec = static_cast<time_t>(system_us / 1000000);
@@ -1055,7 +1059,7 @@ size_t Server::open_pipes(Run& r, Embryo& e, int* stdio, unique_fd* child_ends) 
 
 // A sleeping service wakes 0.1-0.25 ms after its timer expires here (an idle vCPU's wake-up),
 // which was most of the watchdog's overshoot. So the timer fires this much before the
-// deadline and the run loop polls, awake, until the deadline itself (poll_near_deadlines):
+// deadline and the run loop polls, awake, until the deadline itself (poll_awake):
 // at most this much CPU per run that reaches its deadline, none for one that ends before.
 constexpr auto kDeadlineLead = std::chrono::microseconds(300);
 
@@ -1283,8 +1287,11 @@ void Server::on_timer(Run& r) {
     on_deadline(r);
 }
 
-int Server::poll_near_deadlines() {
-    if (near_deadline_.empty()) return -1;
+// How long the service stays awake for a deadline's kill to be seen done: SIGKILL to a
+// process's exit takes ~0.15 ms here; a process that takes longer is left to its init's report.
+constexpr auto kWatchKilledFor = std::chrono::milliseconds(5);
+
+int Server::poll_awake() {
     auto now = Clock::now();
     for (auto it = near_deadline_.begin(); it != near_deadline_.end();) {
         auto run = runs_.find(*it);
@@ -1297,7 +1304,34 @@ int Server::poll_near_deadlines() {
             ++it;
         }
     }
-    return near_deadline_.empty() ? -1 : 0;
+    for (auto it = dying_.begin(); it != dying_.end();) {
+        auto run = runs_.find(it->first);
+        if (run == runs_.end() || run->second->exited || now >= it->second) {
+            if (run != runs_.end()) run->second->doomed.clear();
+            it = dying_.erase(it);
+            continue;
+        }
+        Run& r = *run->second;
+        std::vector<pollfd> killed;
+        for (const auto& fd : r.doomed) killed.push_back({fd.get(), POLLIN, 0});
+        int ready = ::poll(killed.data(), killed.size(), 0);
+        if (ready == static_cast<int>(killed.size())) {
+            r.killed_seen_dead = Clock::now();
+            r.doomed.clear();
+            it = dying_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    return near_deadline_.empty() && dying_.empty() ? -1 : 0;
+}
+
+// A one-shot's processes SIGKILLed at its deadline, by their pidfds (r.doomed): the loop
+// looks at them without sleeping until they are dead (a sleeping service wakes 0.1-0.25 ms
+// late here, and the init's report of the reaping comes after its own wake-up).
+void Server::watch_the_killed(Run& r) {
+    if (r.doomed.empty()) return;
+    dying_[r.id] = Clock::now() + kWatchKilledFor;
 }
 
 void Server::on_deadline(Run& r) {
@@ -1318,8 +1352,8 @@ void Server::on_deadline(Run& r) {
         kill_sandbox(r);
     } else {
         for (auto& child : r.doomed) sys::pidfd_send_signal(child.get(), SIGKILL);
-        r.doomed.clear();
         sys::pidfd_send_signal(it->second->pidfd.get(), SIGUSR1);  // the init kills the rest
+        watch_the_killed(r);
     }
     itimerspec hard{};
     hard.it_value.tv_nsec = kHardKillMs * 1000000;
@@ -1575,7 +1609,7 @@ int Server::run() {
         if (int held_look = retire_unneeded_held(); held_look >= 0) idle_wait = std::min(idle_wait, held_look);
         if (now < quiet_until)
             idle_wait = std::min(idle_wait, static_cast<int>(ms_between(now, quiet_until)) + 1);
-        if (poll_near_deadlines() == 0) {  // a deadline is near: wait for it awake, no builds
+        if (poll_awake() == 0) {  // a deadline is near, or its kill not seen done: awake, no builds
             want_refill = false;
             idle_wait = 0;
         }

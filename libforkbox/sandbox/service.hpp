@@ -82,6 +82,9 @@ struct Run {
     Clock::time_point released{}, ended{};
     Clock::time_point deadline{};  // released + timeout_ms, when there is one
     std::vector<unique_fd> doomed;  // a one-shot's init's children, opened as the deadline nears
+    // When every process the deadline's SIGKILL went to was seen dead (their pidfds readable),
+    // by a service awake for it (poll_awake): a timed-out run ends there, not a wake-up later.
+    std::optional<Clock::time_point> killed_seen_dead;
     bool started = false, exited = false, timed_out = false, client_gone = false, replied = false;
     int status = 0;
     rusage usage{};
@@ -248,7 +251,8 @@ private:
     void on_client(Run& r, uint32_t events);
     void on_timer(Run& r);
     void on_deadline(Run& r);
-    int poll_near_deadlines();  // the epoll timeout while a deadline is near: 0, else -1
+    int poll_awake();  // the epoll timeout while a deadline is near or its kill not seen done: 0, else -1
+    void watch_the_killed(Run& r);
     void send_frame(Run& r, std::string frame);
     void flush_outbox(Run& r);
     void kill_sandbox(Run& r, int signal = SIGKILL);
@@ -305,6 +309,7 @@ private:
     std::deque<std::string> ended_order_;
     std::map<uint64_t, std::unique_ptr<ForkJob>> forks_;
     std::set<uint64_t> near_deadline_;  // runs whose timer fired kDeadlineLead early
+    std::map<uint64_t, Clock::time_point> dying_;  // runs SIGKILLed at their deadline -> when to stop looking
     uint64_t next_id_ = 1;
     uint64_t served_ = 0, failed_builds_ = 0, built_ = 0;
     double build_ms_total_ = 0, build_cpu_ms_total_ = 0;  // asked -> ready; the embryos' own CPU
