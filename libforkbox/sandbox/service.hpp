@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "libforkbox/base/fd.hpp"
@@ -47,6 +48,16 @@ inline uint64_t token(Watch w, uint64_t id) { return (static_cast<uint64_t>(w) <
 struct Connection {
     unique_fd fd;
     bool keep = false;
+
+    Connection() = default;
+    Connection(unique_fd f, bool k = false) : fd(std::move(f)), keep(k) {}
+    // A moved-from connection is no connection, kept or not: whoever replied with it has it.
+    Connection(Connection&& other) noexcept : fd(std::move(other.fd)), keep(std::exchange(other.keep, false)) {}
+    Connection& operator=(Connection&& other) noexcept {
+        fd = std::move(other.fd);
+        keep = std::exchange(other.keep, false);
+        return *this;
+    }
 
     int get() const { return fd.get(); }
     explicit operator bool() const { return static_cast<bool>(fd); }

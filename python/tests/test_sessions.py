@@ -429,6 +429,19 @@ def test_close_releases_everything(fresh_daemon):
     assert mount_points() - mounts_before == set()
 
 
+def test_sessions_made_on_a_kept_connection_leave_the_daemon_no_warning(fresh_daemon):
+    """A session's creation is answered on the client's kept connection, which then waits
+    for the next request once: the daemon once put the moved-from connection (fd -1) in its
+    epoll set a second time ("epoll add: Bad file descriptor", and an entry never freed)."""
+    fb = Forkbox(socket=fresh_daemon.sock, request_timeout_s=CLIENT_TIMEOUT_S)
+    for _ in range(3):
+        with fb.create() as s:
+            assert s.run("echo hi").stdout == "hi\n"
+    assert fb.run("echo after").stdout == "after\n"
+    log = fresh_daemon.log_tail(20000)
+    assert "warning" not in log and "error" not in log, log
+
+
 def test_500_sessions_with_a_fork_each_leave_nothing(fresh_daemon):
     """Create, run, fork, close both, 500 times: the daemon is back where it began (no
     session, its fds, children, cgroups; no host mount)."""
