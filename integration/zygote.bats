@@ -417,7 +417,9 @@ spares_of() {
 }
 
 @test "zygote: a killed template builder is replaced and the pools fill again" {
-	start_daemon --pool 2 --warm "$BUNDLE"
+	# No sandbox service beside it: the daemon's one child is the template builder (with the
+	# service there, the lowest pid was sometimes the service's, and the test killed that).
+	start_daemon --no-sandboxes --pool 2 --warm "$BUNDLE"
 	wait_ready 2
 	local builder
 	builder=$(pgrep -P "$DAEMON_PID" | head -1)
