@@ -127,17 +127,19 @@ Result<CgroupLayout> detect_cgroup_layout() {
     return parse_cgroup_layout(text);
 }
 
-bool hierarchy_has(const CgroupHierarchy& h, std::string_view controller) {
-    if (h.unified) return false;
-    for (auto c : split(h.controllers, ','))
+bool controller_listed(std::string_view list, std::string_view controller) {
+    for (auto c : split(list, ','))
         if (c == controller) return true;
     return false;
 }
 
+bool hierarchy_has(const CgroupHierarchy& h, std::string_view controller) {
+    return !h.unified && controller_listed(h.controllers, controller);
+}
+
 bool layout_offers(const CgroupLayout& layout, std::string_view controller) {
     for (const auto& h : layout.hierarchies)
-        for (auto c : split(h.controllers, ','))
-            if (c == controller) return true;
+        if (controller_listed(h.controllers, controller)) return true;
     return false;
 }
 

@@ -28,6 +28,8 @@ struct CgroupLayout {
     const CgroupHierarchy* unified() const;
 };
 
+// True when a comma-separated controller list ("cpu,memory,pids") names `controller` (pure).
+bool controller_listed(std::string_view list, std::string_view controller);
 // True when h is a v1 hierarchy mounted with `controller` ("memory", "cpuacct", "name=systemd").
 bool hierarchy_has(const CgroupHierarchy& h, std::string_view controller);
 // True when a v1 hierarchy of the layout is mounted with `controller`, or its v2 hierarchy

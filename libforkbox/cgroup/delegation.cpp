@@ -11,10 +11,9 @@ namespace forkbox {
 
 Result<std::string> enable_v2_controllers(const std::string& dir, std::span<const std::string_view> wanted) {
     FB_ASSIGN(std::string available, read_file(dir + "/cgroup.controllers"));
-    std::string listed = "," + v2_controller_list(available) + ",";
+    std::string listed = v2_controller_list(available);
     for (auto c : wanted)
-        if (listed.find("," + std::string(c) + ",") != std::string::npos)
-            (void)write_file(dir + "/cgroup.subtree_control", "+" + std::string(c));
+        if (controller_listed(listed, c)) (void)write_file(dir + "/cgroup.subtree_control", "+" + std::string(c));
     FB_ASSIGN(std::string enabled, read_file(dir + "/cgroup.subtree_control"));
     return v2_controller_list(enabled);
 }

@@ -1,9 +1,9 @@
 #include "libforkbox/sandbox/server.hpp"
 
 #include <dirent.h>
-#include <poll.h>
 #include <fcntl.h>
 #include <linux/mount.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -370,7 +370,6 @@ void Server::classify(Connection conn) {
 // A kept connection after its final message. It waits in the epoll set even when its next
 // request is there already: serving that one here would recurse once per queued request.
 void Server::await_request(Connection conn) {
-    if (!conn) return;
     unwatch(conn.get());  // as a run's client
     uint64_t id = next_id_++;
     watch(conn.get(), EPOLLIN | EPOLLRDHUP, Watch::NewConn, id);
