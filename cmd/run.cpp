@@ -47,11 +47,13 @@ int cmd_run(const Globals& g, const std::vector<std::string>& args) {
                  "gets a generated id and lives only as long as the run.");
     RunOptions o;
     std::string timeout;
+    bool no_subreaper = false;
     p.add()("bundle,b", po::value(&o.create.bundle)->default_value("."), "path to the bundle directory")(
         "pid-file", po::value(&o.create.pid_file), "write the init pid to this file")(
         "console-socket", po::value(&o.create.console_socket), "unix socket receiving the pty master")(
         "detach,d", po::bool_switch(&o.detach), "do not wait for the container")(
         "keep", po::bool_switch(&o.keep), "do not delete the container after it exits")(
+        "no-subreaper", po::bool_switch(&no_subreaper), "disable the use of the subreaper used to reap reparented processes")(
         "timeout", po::value(&timeout),
         "kill the container after this long (a Go duration: 30s, 1m30s) and exit 124")(
         "no-pivot", po::bool_switch(&o.create.no_pivot), "use MS_MOVE + chroot instead of pivot_root")(
@@ -62,6 +64,7 @@ int cmd_run(const Globals& g, const std::vector<std::string>& args) {
     po::variables_map vm;
     if (!p.parse(args, vm)) return 0;
     std::string arg = require_id(vm, "run");
+    o.subreaper = !no_subreaper;
     bool bundle_given = !vm["bundle"].defaulted();
     if (!timeout.empty()) {
         auto d = parse_go_duration(timeout);

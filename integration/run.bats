@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # `run` = create + start + wait: output, exit codes, signal forwarding, --detach, --keep,
-# --pid-file, --no-pivot.
+# --pid-file, --no-pivot, --no-subreaper.
 
 load helpers
 
@@ -148,6 +148,34 @@ load helpers
 	run runtime run --no-pivot --bundle "$BUNDLE" "$CID"
 	assert_success
 	assert_output "no pivot"
+}
+
+# Outside a pid namespace a process the container orphans goes to the nearest subreaper:
+# runc's run is one (so nothing of the container ends up a child of the host's init),
+# unless --no-subreaper.
+write_orphan_script() {
+	cat >"$BUNDLE/rootfs/orphan.sh" <<-'EOF'
+		sleep 0.2
+		p=$(grep PPid /proc/$$/status | cut -f2)
+		echo "reaper: $(cat /proc/$p/comm)"
+	EOF
+	remove_namespace pid
+	set_args /bin/sh -c '(sh /orphan.sh &); sleep 0.6'
+}
+
+@test "run is the subreaper of what the container orphans outside a pid namespace" {
+	write_orphan_script
+	run runtime run --bundle "$BUNDLE" "$CID"
+	assert_success
+	assert_output "reaper: $(basename "$FORKBOX")"
+}
+
+@test "run --no-subreaper leaves what the container orphans to the host" {
+	write_orphan_script
+	run runtime run --no-subreaper --bundle "$BUNDLE" "$CID"
+	assert_success
+	assert_output --partial "reaper: "
+	refute_output "reaper: $(basename "$FORKBOX")"
 }
 
 @test "run with a missing bundle fails with a message" {

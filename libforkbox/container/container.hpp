@@ -90,6 +90,10 @@ struct RunOptions {
     CreateOptions create;
     bool detach = false;
     bool keep = false;
+    // A foreground run is the child subreaper of what the container orphans (runc's default,
+    // --no-subreaper turns it off): without a pid namespace, they are reaped by the run
+    // instead of the host's init.
+    bool subreaper = true;
     // --timeout: every process of the container is killed at the deadline; run exits 124.
     std::optional<std::chrono::nanoseconds> timeout;
     // The container lives only as long as this run (`forkbox run BUNDLE/`, the CI use):

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -169,6 +170,9 @@ Result<int> run_container(const StateStore& store, const RunOptions& opt) {
     }
     if (!opt.create.console_socket.empty())
         return fail(EINVAL, "cannot use console socket if forkbox will not detach or allocate tty");
+    // Before create: what init (or a hook) orphans from then on is ours to reap.
+    if (opt.subreaper && ::prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
+        log::warn("prctl(PR_SET_CHILD_SUBREAPER): " + std::string(std::strerror(errno)));
     // Before the signals are blocked: the guardian must not inherit that mask.
     std::optional<RunGuardian> guardian;
     if (opt.ephemeral && !opt.keep) {
