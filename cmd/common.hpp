@@ -32,6 +32,13 @@ struct VerbParser {
         pos_.add(name, count);
         return *this;
     }
+    // True when arg ("--name" or "-n") names one of the options that take a value.
+    bool takes_value(const std::string& arg) const {
+        const po::option_description* d = nullptr;
+        if (arg.starts_with("--")) d = desc_.find_nothrow(arg.substr(2), false);
+        else if (arg.size() == 2 && arg[0] == '-') d = desc_.find_nothrow(arg, false);
+        return d && d->semantic()->max_tokens() > 0;
+    }
     // Returns false when --help was shown (exit 0).
     bool parse(const std::vector<std::string>& args, po::variables_map& vm);
     void print_help() const;

@@ -14,6 +14,7 @@ int cmd_create(const Globals& g, const std::vector<std::string>& args) {
     p.add()("bundle,b", po::value(&o.bundle)->default_value("."), "path to the bundle directory")(
         "pid-file", po::value(&o.pid_file), "write the init pid to this file")(
         "console-socket", po::value(&o.console_socket), "unix socket receiving the pty master")(
+        "pidfd-socket", po::value(&o.pidfd_socket), "unix socket receiving a pidfd of the container's init")(
         "no-pivot", po::bool_switch(&o.no_pivot), "use MS_MOVE + chroot instead of pivot_root")(
         "no-new-keyring", po::bool_switch(&o.no_new_keyring), "do not create a session keyring")(
         "preserve-fds", po::value(&o.preserve_fds)->default_value(0), "pass this many fds after stdio")(

@@ -1,4 +1,3 @@
-#include <set>
 
 #include "cmd/common.hpp"
 #include "libforkbox/container/container.hpp"
@@ -7,15 +6,10 @@ namespace forkbox::cmd {
 
 namespace {
 
-// Options of `exec` that take a value; everything after the container id is the command,
-// even words that look like options (`exec ID sh -c 'echo hi'`).
-const std::set<std::string> kValueOptions = {
-    "--console-socket", "--cwd", "--env", "-e", "--user", "-u", "--additional-gids", "-g",
-    "--process", "-p", "--pid-file", "--process-label", "--apparmor", "--cap", "-c",
-    "--preserve-fds", "--cgroup"};
-
-// Splits argv into [options..., id] and the command.
-std::pair<std::vector<std::string>, std::vector<std::string>> split_command(const std::vector<std::string>& args) {
+// Splits argv into [options..., id] and the command: everything after the container id is
+// the command, even words that look like options (`exec ID sh -c 'echo hi'`).
+std::pair<std::vector<std::string>, std::vector<std::string>> split_command(const VerbParser& p,
+                                                                            const std::vector<std::string>& args) {
     std::vector<std::string> options, command;
     size_t i = 0;
     for (; i < args.size(); ++i) {
@@ -26,7 +20,7 @@ std::pair<std::vector<std::string>, std::vector<std::string>> split_command(cons
         }
         if (a.size() > 1 && a[0] == '-') {
             options.push_back(a);
-            if (kValueOptions.count(a) && i + 1 < args.size()) options.push_back(args[++i]);
+            if (p.takes_value(a) && i + 1 < args.size()) options.push_back(args[++i]);
             continue;
         }
         options.push_back(a);  // the container id
@@ -50,6 +44,7 @@ int cmd_exec(const Globals& g, const std::vector<std::string>& args) {
     bool tty = false;
     p.add()("process,p", po::value(&o.process_file), "path to a process.json (- for stdin)")(
         "console-socket", po::value(&o.console_socket), "unix socket receiving the pty master")(
+        "pidfd-socket", po::value(&o.pidfd_socket), "unix socket receiving a pidfd of the process")(
         "cwd", po::value(&cwd), "working directory in the container")(
         "env,e", po::value(&env)->composing(), "set an environment variable (VAR=value)")(
         "tty,t", po::bool_switch(&tty), "allocate a pseudo-terminal")(
@@ -67,7 +62,7 @@ int cmd_exec(const Globals& g, const std::vector<std::string>& args) {
         "exec into a paused container too: the process starts when the container is resumed")(
         "id", po::value<std::string>(), "container id");
     p.positional("id", 1);
-    auto [options, command] = split_command(args);
+    auto [options, command] = split_command(p, args);
     po::variables_map vm;
     if (!p.parse(options, vm)) return 0;
     o.id = require_id(vm, "exec");

@@ -51,6 +51,7 @@ int cmd_run(const Globals& g, const std::vector<std::string>& args) {
     p.add()("bundle,b", po::value(&o.create.bundle)->default_value("."), "path to the bundle directory")(
         "pid-file", po::value(&o.create.pid_file), "write the init pid to this file")(
         "console-socket", po::value(&o.create.console_socket), "unix socket receiving the pty master")(
+        "pidfd-socket", po::value(&o.create.pidfd_socket), "unix socket receiving a pidfd of the container's init")(
         "detach,d", po::bool_switch(&o.detach), "do not wait for the container")(
         "keep", po::bool_switch(&o.keep), "do not delete the container after it exits")(
         "no-subreaper", po::bool_switch(&no_subreaper), "disable the use of the subreaper used to reap reparented processes")(

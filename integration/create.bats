@@ -182,6 +182,32 @@ load helpers
 	assert_failure
 }
 
+# runc's --pidfd-socket (runc 1.2): a pidfd of init, sent with "standard", which the
+# receiver can signal the container through.
+@test "create --pidfd-socket sends a pidfd of the container's init" {
+	skip_if_runc "--pidfd-socket came with runc 1.2; Debian 12 has 1.1.5"
+	set_args /bin/fbhelper sleep 100
+	local sock=$BATS_TEST_TMPDIR/pidfd.sock result=$BATS_TEST_TMPDIR/pidfd.out
+	python3 "$INTEGRATION_DIR/helper/pidfd_kill.py" "$sock" "$result" 9 3>&- 4>&- &
+	FB_PIDS+=($!)
+	wait_for_file "$sock.ready"
+	create_container "$CID" --pidfd-socket "$sock"
+	wait_for_file "$result"
+	run cat "$result"
+	assert_output "standard $(container_pid "$CID")"
+	touch "$result.go"
+	wait "${FB_PIDS[-1]}"
+	wait_for_status "$CID" stopped
+}
+
+@test "create with a pidfd socket nobody listens on fails cleanly and leaves no state" {
+	try_create --bundle "$BUNDLE" --pidfd-socket "$BATS_TEST_TMPDIR/none.sock" "$CID"
+	assert_failure
+	assert_stderr_contains "none.sock"
+	run runtime state "$CID"
+	assert_failure
+}
+
 @test "create --console-socket without process.terminal is refused" {
 	try_create --bundle "$BUNDLE" --console-socket "$BATS_TEST_TMPDIR/none.sock" "$CID"
 	assert_failure

@@ -107,6 +107,28 @@ start_container() {
 	assert_equal "$(readlink "/proc/$pid/ns/pid")" "$(readlink "/proc/$(container_pid "$CID")/ns/pid")"
 }
 
+@test "exec --pidfd-socket sends a pidfd of the process it starts" {
+	skip_if_runc "--pidfd-socket came with runc 1.2; Debian 12 has 1.1.5"
+	start_container
+	local sock=$BATS_TEST_TMPDIR/pidfd.sock result=$BATS_TEST_TMPDIR/pidfd.out
+	python3 "$INTEGRATION_DIR/helper/pidfd_kill.py" "$sock" "$result" 15 3>&- 4>&- &
+	FB_PIDS+=($!)
+	wait_for_file "$sock.ready"
+	runtime exec --detach --pidfd-socket "$sock" --pid-file "$BATS_TEST_TMPDIR/exec.pid" "$CID" /bin/fbhelper sleep 100 \
+		</dev/null >/dev/null 2>&1 3>&- 4>&-
+	wait_for_file "$result"
+	local pid
+	pid=$(cat "$BATS_TEST_TMPDIR/exec.pid")
+	run cat "$result"
+	assert_output "setns $pid"
+	touch "$result.go"
+	wait "${FB_PIDS[-1]}"
+	# SIGTERM through the pidfd ended it; the container's init lives on.
+	wait_for_pid_gone "$pid"
+	run container_status "$CID"
+	assert_output running
+}
+
 @test "exec of a missing executable fails with a message" {
 	start_container
 	run --separate-stderr runtime exec "$CID" /bin/no-such-program

@@ -24,6 +24,7 @@ struct CreateOptions {
     std::string bundle = ".";
     std::string pid_file;
     std::string console_socket;
+    std::string pidfd_socket;  // runc's --pidfd-socket: init's pidfd goes there
     bool no_pivot = false;
     bool no_new_keyring = false;
     int preserve_fds = 0;
@@ -125,6 +126,7 @@ struct ExecOptions {
     bool ignore_paused = false;  // runc's --ignore-paused: the process waits for resume
     std::string pid_file;
     std::string console_socket;
+    std::string pidfd_socket;  // the process's pidfd goes there (runc's --pidfd-socket)
     int preserve_fds = 0;
     std::string process_label;  // SELinux
     std::string apparmor;

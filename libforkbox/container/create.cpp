@@ -403,7 +403,8 @@ private:
 
     // prepare_state
     int preserve_fds_ = 0;
-    unique_fd console_fd_, console_peer_;  // the pty master's way out, and ours for a foreground run
+    unique_fd console_fd_, console_peer_;
+    unique_fd pidfd_socket_;  // --pidfd-socket, connected before the clone  // the pty master's way out, and ours for a foreground run
     std::optional<SeccompProgram> seccomp_;
     std::optional<ContainerDir> dir_;
     std::optional<ContainerDirGuard> dir_guard_;
@@ -495,6 +496,9 @@ Result<void> ContainerCreation::prepare_state() {
         console_peer_.reset(sv[1]);
     } else if (terminal_) {
         FB_ASSIGN(console_fd_, connect_console_socket(opt_.console_socket));
+    }
+    if (!opt_.pidfd_socket.empty()) {
+        FB_ASSIGN(pidfd_socket_, connect_unix_socket(opt_.pidfd_socket, "pidfd socket"));
     }
     // Compiled here, before clone: the child only hands the finished program to the kernel.
     // Through the cache in the state root: compiling the default profile takes milliseconds.
@@ -921,6 +925,10 @@ Result<pid_t> ContainerCreation::finish() {
     FB_TRY(dir_->write_state(state_));
     trace::mark("create: state recorded");
     if (!opt_.pid_file.empty()) FB_TRY(write_pid_file(opt_.pid_file, state_.pid));
+    if (pidfd_socket_) {
+        FB_TRY(send_pidfd(pidfd_socket_.get(), state_.pid, "standard"));
+        pidfd_socket_.reset();
+    }
     if (pty_master_) {
         FB_ASSIGN(*pty_master_, receive_console_master(console_peer_.get()));
     }

@@ -305,6 +305,10 @@ Result<int> exec_into(const StateStore& store, const ExecOptions& opt) {
         if (!root_fd) return sys_error("open the container's root");
     }
 
+    unique_fd pidfd_socket;
+    if (!opt.pidfd_socket.empty()) {
+        FB_ASSIGN(pidfd_socket, connect_unix_socket(opt.pidfd_socket, "pidfd socket"));
+    }
     unique_fd console_fd, console_peer;
     if (proc.terminal && opt.detach) {
         FB_ASSIGN(console_fd, connect_console_socket(opt.console_socket));
@@ -444,6 +448,10 @@ Result<int> exec_into(const StateStore& store, const ExecOptions& opt) {
         return fail(0, "exec: \"" + proc.args[0] + "\": " + go_errno_text(err));
     if (signals) signals->forward_held(child);
     if (!opt.pid_file.empty()) FB_TRY(write_pid_file(opt.pid_file, child));
+    if (pidfd_socket) {
+        FB_TRY(send_pidfd(pidfd_socket.get(), child, "setns"));
+        pidfd_socket.reset();
+    }
     if (opt.detach) {
         guard.dismiss();
         return 0;

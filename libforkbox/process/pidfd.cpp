@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "libforkbox/base/syscalls.hpp"
+#include "libforkbox/base/unix_socket.hpp"
 
 namespace forkbox {
 
@@ -113,6 +114,13 @@ int exit_code_from_status(int status) {
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
     return 255;
+}
+
+Result<void> send_pidfd(int socket, pid_t pid, std::string_view kind) {
+    unique_fd pidfd(sys::pidfd_open(pid));
+    if (!pidfd) return sys_error("pidfd_open");
+    int fd = pidfd.get();
+    return send_with_fds(socket, kind, std::span<const int>(&fd, 1), "pidfd socket");
 }
 
 }  // namespace forkbox

@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""pidfd_kill.py SOCKET RESULT SIGNAL: the receiving end of `--pidfd-socket` (runc's protocol).
+
+Listens on the unix socket SOCKET (writing SOCKET.ready once it listens), accepts one
+connection, takes the pidfd the runtime sends with SCM_RIGHTS, writes to RESULT the message
+that came with it and the pid the pidfd names ("standard 1234"), then, once RESULT.go
+exists (at most 30 s), sends SIGNAL (a number) through the pidfd. Exits 1 when no fd
+arrives.
+"""
+import array
+import os
+import signal
+import socket
+import sys
+import time
+
+
+def pid_of(pidfd):
+    with open("/proc/self/fdinfo/%d" % pidfd) as info:
+        for line in info:
+            if line.startswith("Pid:"):
+                return int(line.split()[1])
+    return -1
+
+
+def main():
+    path, result, sig = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(1)
+    with open(path + ".ready", "w") as ready:
+        ready.write("ready\n")
+    conn, _ = srv.accept()
+    fds = array.array("i")
+    msg, ancdata, _, _ = conn.recvmsg(4096, socket.CMSG_SPACE(16 * fds.itemsize))
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    conn.close()
+    with open(result, "w") as out:
+        if not fds:
+            out.write("no fd received\n")
+            return 1
+        out.write("%s %d\n" % (msg.decode(), pid_of(fds[0])))
+    deadline = time.monotonic() + 30
+    while not os.path.exists(result + ".go") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    signal.pidfd_send_signal(fds[0], sig)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
