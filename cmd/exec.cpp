@@ -40,7 +40,7 @@ int cmd_exec(const Globals& g, const std::vector<std::string>& args) {
                  "Run a new process inside a running container; exits with its exit code.");
     ExecOptions o;
     std::vector<std::string> additional_gids, env, caps;
-    std::string cwd, user, cgroup;
+    std::string cwd, user;
     bool tty = false;
     p.add()("process,p", po::value(&o.process_file), "path to a process.json (- for stdin)")(
         "console-socket", po::value(&o.console_socket), "unix socket receiving the pty master")(
@@ -57,7 +57,8 @@ int cmd_exec(const Globals& g, const std::vector<std::string>& args) {
         "no-new-privs", po::bool_switch(&o.no_new_privs), "set no_new_privileges for the process")(
         "cap,c", po::value(&caps)->composing(), "add a capability to the process's sets")(
         "preserve-fds", po::value(&o.preserve_fds)->default_value(0), "pass this many fds after stdio")(
-        "cgroup", po::value(&cgroup), "run in a sub-cgroup (unsupported: an error when set)")(
+        "cgroup", po::value(&o.sub_cgroups)->composing(),
+        "run in an existing sub-cgroup of the container's: [CONTROLLER[,CONTROLLER...]:]PATH, repeatable")(
         "ignore-paused", po::bool_switch(&o.ignore_paused),
         "exec into a paused container too: the process starts when the container is resumed")(
         "id", po::value<std::string>(), "container id");
@@ -66,7 +67,6 @@ int cmd_exec(const Globals& g, const std::vector<std::string>& args) {
     po::variables_map vm;
     if (!p.parse(options, vm)) return 0;
     o.id = require_id(vm, "exec");
-    if (!cgroup.empty()) return report("--cgroup: sub-cgroups for exec are not supported yet");
     if (o.preserve_fds < 0) return report("--preserve-fds must not be negative");
     if (o.process_file.empty() && command.empty()) return report("exec: no command given (and no --process)");
     o.args = command;

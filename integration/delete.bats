@@ -102,6 +102,26 @@ load helpers
 	done
 }
 
+@test "delete removes the cgroups made below the container's, as runc does" {
+	# systemd or a nested runtime in the container, or `exec --cgroup`, make sub-cgroups.
+	local cg=/$CID-cg dirs=()
+	update_config '.linux.cgroupsPath = $p' --arg p "$cg"
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	local d
+	for d in /sys/fs/cgroup/pids /sys/fs/cgroup/memory /sys/fs/cgroup/unified /sys/fs/cgroup; do
+		[ -d "$d$cg" ] || continue
+		dirs+=("$d$cg")
+		mkdir -p "$d$cg/a/b/c" "$d$cg/d"
+	done
+	[ "${#dirs[@]}" -gt 0 ] || fail "no cgroup directory for $cg"
+	run runtime delete --force "$CID"
+	assert_success
+	for d in "${dirs[@]}"; do
+		[ ! -d "$d" ] || fail "$d still exists after delete"
+	done
+}
+
 @test "delete removes a container's default cgroup and keeps the parent /forkbox for the next one" {
 	# No cgroupsPath: /forkbox/$CID in every hierarchy. The parent stays (as runc leaves the
 	# parents it makes): removing the last cpuset cgroup patches the kernel's text.

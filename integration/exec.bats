@@ -207,6 +207,56 @@ start_container() {
 	assert_equal "$(sort "/proc/$pid/cgroup")" "$(sort "/proc/$init/cgroup")"
 }
 
+# runc's --cgroup: [CONTROLLERS:]PATH, an existing sub-cgroup of the container's.
+@test "exec --cgroup runs the process in sub-cgroups of the container's" {
+	local cg=/$CID-cg
+	update_config '.linux.cgroupsPath = $p' --arg p "$cg"
+	start_container
+	local d made=()
+	for d in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
+		[ -d "$d$cg" ] || continue
+		mkdir "$d$cg/all" && made+=("$d$cg/all")
+		# A new v1 cpuset cgroup has no CPUs until given its parent's.
+		if [ -f "$d$cg/all/cpuset.cpus" ]; then
+			cat "$d$cg/cpuset.cpus" >"$d$cg/all/cpuset.cpus"
+			cat "$d$cg/cpuset.mems" >"$d$cg/all/cpuset.mems"
+		fi
+	done
+	[ "${#made[@]}" -gt 0 ] || fail "no cgroup directory for $cg"
+	run runtime exec "$CID" /bin/fbhelper read /proc/self/cgroup
+	assert_success
+	local own=$output
+	run runtime exec --cgroup all "$CID" /bin/fbhelper read /proc/self/cgroup
+	assert_success
+	assert_equal "$output" "${own//$cg/$cg/all}"
+	if [ -d /sys/fs/cgroup/memory$cg ] && [ -d /sys/fs/cgroup/pids$cg ]; then
+		# Per controller (cgroup v1); the other hierarchies keep the container's own.
+		mkdir "/sys/fs/cgroup/memory$cg/mem"
+		run runtime exec --cgroup memory:mem --cgroup pids:all "$CID" /bin/fbhelper read /proc/self/cgroup
+		assert_success
+		assert_line --regexp "^[0-9]+:memory:$cg/mem\$"
+		assert_line --regexp "^[0-9]+:pids:$cg/all\$"
+		assert_line --regexp "^[0-9]+:freezer:$cg\$"
+	fi
+}
+
+@test "exec --cgroup refuses a missing sub-cgroup and paths that leave the container's" {
+	start_container
+	run --separate-stderr runtime exec --cgroup nosuch "$CID" /bin/true
+	assert_failure 255
+	assert_stderr_contains "--cgroup: no cgroup"
+	run --separate-stderr runtime exec --cgroup ../escape "$CID" /bin/true
+	assert_failure 255
+	assert_stderr_contains "under the container's"
+	run --separate-stderr runtime exec --cgroup a --cgroup memory:b "$CID" /bin/true
+	assert_failure 255
+	run --separate-stderr runtime exec --cgroup nosuchcontroller:x "$CID" /bin/true
+	assert_failure 255
+	assert_stderr_contains "nosuchcontroller"
+	run runtime ps "$CID"
+	assert_success
+}
+
 @test "kill --all reaches processes started by exec" {
 	start_container
 	runtime exec --detach --pid-file "$BATS_TEST_TMPDIR/exec.pid" "$CID" /bin/fbhelper sleep 100 \

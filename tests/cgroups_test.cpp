@@ -274,3 +274,86 @@ TEST(LayoutOffers, TheV2HierarchyWhenItListsTheController) {
     EXPECT_FALSE(layout_offers(v2, "cpu"));
     EXPECT_FALSE(layout_offers(v2, "mem"));
 }
+
+namespace {
+
+// The container's dirs on a layout: MOUNTPOINT/c1 in every hierarchy.
+std::vector<std::string> container_dirs(const CgroupLayout& l) {
+    std::vector<std::string> out;
+    for (const auto& h : l.hierarchies) out.push_back(h.mountpoint + "/c1");
+    return out;
+}
+
+}  // namespace
+
+TEST(ExecCgroupDirs, NoValueIsTheContainersOwnCgroups) {
+    auto l = parse_cgroup_layout(kHybridHost);
+    auto dirs = exec_cgroup_dirs(l, container_dirs(l), {});
+    ASSERT_TRUE(dirs);
+    EXPECT_EQ(*dirs, container_dirs(l));
+}
+
+TEST(ExecCgroupDirs, APathWithoutControllersAppliesToEveryHierarchy) {
+    auto l = parse_cgroup_layout(kV2Host);
+    auto dirs = exec_cgroup_dirs(l, container_dirs(l), {"sub/leaf"});
+    ASSERT_TRUE(dirs);
+    EXPECT_EQ(*dirs, std::vector<std::string>{"/sys/fs/cgroup/c1/sub/leaf"});
+}
+
+TEST(ExecCgroupDirs, EachControllerGetsItsPathTheOthersTheContainersOwn) {
+    auto l = parse_cgroup_layout(kV1Host);
+    auto dirs = exec_cgroup_dirs(l, container_dirs(l), {"memory,pids:mem", "systemd:/sd", "cpu:c/d"});
+    ASSERT_TRUE(dirs);
+    EXPECT_EQ(*dirs, (std::vector<std::string>{"/sys/fs/cgroup/systemd/c1/sd", "/sys/fs/cgroup/cpu,cpuacct/c1/c/d",
+                                               "/sys/fs/cgroup/net_cls,net_prio/c1",
+                                               "/sys/fs/cgroup/memory/c1/mem", "/sys/fs/cgroup/cpuset/c1",
+                                               "/sys/fs/cgroup/pids/c1/mem"}));
+}
+
+TEST(ExecCgroupDirs, APathWithoutControllersMustBeTheOnlyValue) {
+    auto l = parse_cgroup_layout(kV1Host);
+    EXPECT_FALSE(exec_cgroup_dirs(l, container_dirs(l), {"all", "memory:mem"}));
+    auto dirs = exec_cgroup_dirs(l, container_dirs(l), {"/all"});
+    ASSERT_TRUE(dirs);
+    for (const auto& d : *dirs) EXPECT_TRUE(d.ends_with("/c1/all")) << d;
+}
+
+TEST(ExecCgroupDirs, OnlyTheNamedControllersMoveWithoutAPathForAll) {
+    auto l = parse_cgroup_layout(kHybridHost);
+    auto dirs = exec_cgroup_dirs(l, container_dirs(l), {"cpu:x"});
+    ASSERT_TRUE(dirs);
+    auto want = container_dirs(l);
+    want[0] += "/x";
+    EXPECT_EQ(*dirs, want);
+}
+
+TEST(ExecCgroupDirs, AHierarchyWithoutAContainerDirStaysWithout) {
+    auto l = parse_cgroup_layout(kHybridHost);
+    auto mine = container_dirs(l);
+    mine[1].clear();  // rootless: no cgroup in cpuacct
+    auto dirs = exec_cgroup_dirs(l, mine, {"sub"});
+    ASSERT_TRUE(dirs);
+    EXPECT_EQ((*dirs)[1], "");
+    EXPECT_EQ((*dirs)[0], "/sys/fs/cgroup/cpu/c1/sub");
+}
+
+TEST(ExecCgroupDirs, PathsThatLeaveTheContainersCgroupAreRefused) {
+    auto l = parse_cgroup_layout(kV2Host);
+    for (std::string bad : {"/", "..", "a/../../b", "", "memory:"}) {
+        auto dirs = exec_cgroup_dirs(l, container_dirs(l), {bad});
+        ASSERT_FALSE(dirs) << bad;
+        EXPECT_EQ(dirs.error().errnum(), EINVAL);
+    }
+}
+
+TEST(ExecCgroupDirs, BadControllerListsAreRefused) {
+    auto v1 = parse_cgroup_layout(kV1Host);
+    EXPECT_FALSE(exec_cgroup_dirs(v1, container_dirs(v1), {"nosuch:x"}));
+    EXPECT_FALSE(exec_cgroup_dirs(v1, container_dirs(v1), {"memory:x", "memory:y"}));
+    EXPECT_FALSE(exec_cgroup_dirs(v1, container_dirs(v1), {"x", "y"}));
+    EXPECT_FALSE(exec_cgroup_dirs(v1, container_dirs(v1), {"memory,:x"}));
+    auto v2 = parse_cgroup_layout(kV2Host);
+    auto dirs = exec_cgroup_dirs(v2, container_dirs(v2), {"memory:x"});
+    ASSERT_FALSE(dirs);
+    EXPECT_NE(dirs.error().what().find("cgroup v2"), std::string::npos);
+}

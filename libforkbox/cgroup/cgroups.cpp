@@ -1,5 +1,6 @@
 #include "libforkbox/cgroup/cgroups.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -7,7 +8,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "libforkbox/base/files.hpp"
@@ -64,6 +67,52 @@ struct MountTree {
 };
 
 }  // namespace
+
+Result<std::vector<std::string>> exec_cgroup_dirs(const CgroupLayout& layout,
+                                                  const std::vector<std::string>& container_dirs,
+                                                  const std::vector<std::string>& values) {
+    std::optional<std::string> for_all;
+    std::vector<std::pair<std::string, std::string>> by_controller;  // (controller, path)
+    for (const auto& value : values) {
+        auto colon = value.find(':');
+        std::string path = colon == std::string::npos ? value : value.substr(colon + 1);
+        // Under the container's cgroup whatever the form, as runc joins it ("/a" is "a").
+        path.erase(0, path.find_first_not_of('/'));
+        bool escapes = path.empty();
+        for (auto part : split(path, '/')) escapes |= part == "..";
+        if (escapes)
+            return fail(EINVAL, "--cgroup " + value + ": the path must name a cgroup under the container's, "
+                                "without \"..\"");
+        if (colon == std::string::npos) {
+            if (values.size() != 1)
+                return fail(EINVAL, "--cgroup " + value + ": a path without a CONTROLLER: prefix must be the only --cgroup");
+            for_all = path;
+            continue;
+        }
+        if (layout.mode == CgroupMode::V2)
+            return fail(EINVAL, "--cgroup " + value + ": cgroup v2 has one hierarchy: give the path without controllers");
+        for (auto c : split(std::string_view(value).substr(0, colon), ',')) {
+            std::string controller(c);
+            if (controller.empty()) return fail(EINVAL, "--cgroup " + value + ": an empty controller name");
+            if (!layout_offers(layout, controller) && !layout_offers(layout, "name=" + controller))
+                return fail(EINVAL, "--cgroup " + value + ": no cgroup hierarchy has the controller \"" + controller + "\"");
+            for (const auto& [known, p] : by_controller)
+                if (known == controller) return fail(EINVAL, "--cgroup: the controller " + controller + " is named twice");
+            by_controller.emplace_back(controller, path);
+        }
+    }
+    std::vector<std::string> dirs = container_dirs;
+    for (size_t i = 0; i < dirs.size() && i < layout.hierarchies.size(); ++i) {
+        if (dirs[i].empty()) continue;
+        const CgroupHierarchy& h = layout.hierarchies[i];
+        const std::string* sub = for_all ? &*for_all : nullptr;
+        for (const auto& [controller, path] : by_controller)
+            if (controller_listed(h.controllers, controller) || controller_listed(h.controllers, "name=" + controller))
+                sub = &path;
+        if (sub) dirs[i] += "/" + *sub;
+    }
+    return dirs;
+}
 
 CgroupLayout parse_cgroup_layout(std::string_view mountinfo) {
     CgroupLayout layout;
@@ -366,6 +415,68 @@ std::vector<std::string> removable_cgroups(const CgroupLayout& layout, std::vect
     return created;
 }
 
+namespace {
+
+// rmdir at dirfd, backing off while the cgroup is busy: one stays busy for a moment while
+// the kernel releases exited tasks (from 50 us up to 10 ms, about 2 s in all). An errno
+// other than EBUSY is returned at once; 0 when it is gone.
+int remove_cgroup_dir(int dirfd, const char* name) {
+    for (int tries = 0;;) {
+        if (::unlinkat(dirfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT) return 0;
+        if (errno != EBUSY || ++tries >= 220) return errno;
+        long us = std::min(50L << std::min(tries, 8), 10000L);
+        struct timespec ts {0, us * 1000};
+        nanosleep(&ts, nullptr);
+    }
+}
+
+// The name of one subdirectory of the directory at fd, or nullopt.
+std::optional<std::string> first_subdirectory(int fd) {
+    int copy = ::openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (copy < 0) return std::nullopt;
+    DIR* d = ::fdopendir(copy);
+    if (!d) {
+        ::close(copy);
+        return std::nullopt;
+    }
+    std::optional<std::string> found;
+    while (dirent* e = ::readdir(d)) {
+        if (e->d_type != DT_DIR || std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+        found = e->d_name;
+        break;
+    }
+    ::closedir(d);
+    return found;
+}
+
+// Removes every cgroup below dir, deepest first: sub-cgroups the container made (systemd or
+// a nested runtime in it) or `exec --cgroup` used, as runc's delete does. One fd at a
+// time, going down by name and back up through "..", so no depth runs out of fds or of
+// PATH_MAX.
+Result<void> remove_sub_cgroups(const std::string& dir) {
+    unique_fd cur(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!cur) return errno == ENOENT ? Result<void>{} : sys_error("open cgroup " + dir);
+    std::vector<std::string> names;  // the path from dir down to cur
+    for (;;) {
+        if (auto sub = first_subdirectory(cur.get())) {
+            unique_fd next(::openat(cur.get(), sub->c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+            if (!next) return sys_error("open cgroup " + dir + "/.../" + *sub);
+            cur = std::move(next);
+            names.push_back(std::move(*sub));
+            continue;
+        }
+        if (names.empty()) return {};
+        unique_fd parent(::openat(cur.get(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        if (!parent) return sys_error("open cgroup " + dir + "/...");
+        cur = std::move(parent);
+        if (int e = remove_cgroup_dir(cur.get(), names.back().c_str()))
+            return fail(e, "remove cgroup " + dir + "/.../" + names.back());
+        names.pop_back();
+    }
+}
+
+}  // namespace
+
 Result<void> remove_cgroups(const std::vector<std::string>& created) {
     std::vector<std::string> dirs = created;
     // Children before parents: longest paths first.
@@ -378,23 +489,19 @@ Result<void> remove_cgroups(const std::vector<std::string>& created) {
     };
     Result<void> result;
     for (const auto& d : dirs) {
-        bool leaf = is_leaf(d);
-        int tries = 0;
-        while (::rmdir(d.c_str()) < 0) {
-            if (errno == ENOENT) break;
-            // A parent we made may since hold other containers' cgroups: leave it.
-            if (!leaf && (errno == EBUSY || errno == ENOTEMPTY)) break;
-            // A leaf stays busy for a moment while the kernel releases exited tasks.
-            // Back off from 50 us up to 10 ms, about 2 s in all.
-            if (errno == EBUSY && ++tries < 220) {
-                long us = std::min(50L << std::min(tries, 8), 10000L);
-                struct timespec ts {0, us * 1000};
-                nanosleep(&ts, nullptr);
-                continue;
-            }
-            if (result) result = sys_error("remove cgroup " + d);
-            break;
+        if (!is_leaf(d)) {
+            // A parent we made may since hold other containers' cgroups: leave it then.
+            if (::rmdir(d.c_str()) < 0 && errno != ENOENT && errno != EBUSY && errno != ENOTEMPTY && result)
+                result = sys_error("remove cgroup " + d);
+            continue;
         }
+        // The container's own: what was made below it goes first.
+        auto subs = remove_sub_cgroups(d);
+        if (!subs) {
+            if (result) result = std::unexpected(subs.error());
+            continue;
+        }
+        if (int e = remove_cgroup_dir(AT_FDCWD, d.c_str()); e && result) result = fail(e, "remove cgroup " + d);
     }
     return result;
 }

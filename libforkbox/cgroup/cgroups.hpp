@@ -61,6 +61,17 @@ std::vector<std::string> cgroup_dirs_of_process(const CgroupLayout& layout, std:
 // This process's, from /proc/self/cgroup.
 Result<std::vector<std::string>> own_cgroup_dirs(const CgroupLayout& layout);
 
+// `exec --cgroup` (runc's): each value is "[CONTROLLER[,CONTROLLER...]:]PATH", PATH under
+// the container's cgroup (a leading "/" too). Returns the directory the process joins in
+// each hierarchy of the layout: the container's (container_dirs, in layout order) with the
+// PATH given for one of that hierarchy's controllers, or with the one PATH given without
+// controllers, else the container's own. Refuses, as runc does, a PATH without controllers
+// beside other values, a controller named twice or empty; and a PATH with "..", a controller
+// no hierarchy has, and controllers on a pure v2 host (pure).
+Result<std::vector<std::string>> exec_cgroup_dirs(const CgroupLayout& layout,
+                                                  const std::vector<std::string>& container_dirs,
+                                                  const std::vector<std::string>& values);
+
 // Parses mountinfo text (pure, unit-tested).
 CgroupLayout parse_cgroup_layout(std::string_view mountinfo);
 Result<CgroupLayout> detect_cgroup_layout();
@@ -161,8 +172,9 @@ inline constexpr std::string_view kDefaultCgroupParent = "/forkbox";
 // per hierarchy and container.
 std::vector<std::string> removable_cgroups(const CgroupLayout& layout, std::vector<std::string> created);
 
-// Removes directories forkbox created, children first; retries briefly while the kernel
-// is still releasing exited tasks (EBUSY).
+// Removes directories forkbox created, children first, and (as runc's delete) every cgroup
+// made below a container's own since; retries briefly while the kernel is still
+// releasing exited tasks (EBUSY).
 Result<void> remove_cgroups(const std::vector<std::string>& created);
 
 // Pids listed in <dir>/cgroup.procs.

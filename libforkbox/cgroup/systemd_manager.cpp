@@ -252,9 +252,10 @@ Result<void> Manager::set_unit_properties(const std::string& unit, const Propert
     return r;
 }
 
-Result<void> Manager::attach_processes(const std::string& unit, const std::vector<uint32_t>& pids) {
+Result<void> Manager::attach_processes(const std::string& unit, const std::vector<uint32_t>& pids,
+                                       const std::string& subcgroup) {
     auto r = with_fallback([&]() -> Result<void> {
-        FB_TRY(conn_.call(manager_call("AttachProcessesToUnit", {Value::string(unit), Value::string(""), Value::uint32s(pids)}),
+        FB_TRY(conn_.call(manager_call("AttachProcessesToUnit", {Value::string(unit), Value::string(subcgroup), Value::uint32s(pids)}),
                           Clock::now() + kCallTimeout));
         answered_ = true;
         return {};

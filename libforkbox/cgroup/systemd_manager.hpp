@@ -52,7 +52,9 @@ public:
     // AttachProcessesToUnit(unit, "", pids): systemd moves them into the unit's cgroup, which
     // a user's process outside the user's delegated subtree may not do itself (a user's
     // manager asks the system's).
-    Result<void> attach_processes(const std::string& unit, const std::vector<uint32_t>& pids);
+    // subcgroup: "" for the unit's own cgroup, or "/PATH" under it.
+    Result<void> attach_processes(const std::string& unit, const std::vector<uint32_t>& pids,
+                                  const std::string& subcgroup = "");
 
 private:
     Manager(dbus::Connection c, std::string via, std::string private_socket, uid_t auth_uid, bool for_user)

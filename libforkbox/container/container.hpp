@@ -124,6 +124,9 @@ struct ExecOptions {
     std::optional<bool> tty;
     bool detach = false;
     bool ignore_paused = false;  // runc's --ignore-paused: the process waits for resume
+    // runc's --cgroup: "[CONTROLLER[,...]:]PATH", existing sub-cgroups of the container's
+    // the process is put in (cgroups.hpp, exec_cgroup_dirs).
+    std::vector<std::string> sub_cgroups;
     std::string pid_file;
     std::string console_socket;
     std::string pidfd_socket;  // the process's pidfd goes there (runc's --pidfd-socket)

@@ -283,16 +283,26 @@ Result<int> exec_into(const StateStore& store, const ExecOptions& opt) {
     FB_ASSIGN(CgroupLayout layout, detect_cgroup_layout());
     unique_fd unified_dir;
     std::vector<unique_fd> task_files;
+    std::string unified_sub_cgroup;  // under the container's, for systemd's attach below
+    if (!opt.sub_cgroups.empty() && state.cgroup_dirs.empty())
+        return fail(EINVAL, "--cgroup: the container has no cgroups of its own");
     if (state.cgroup_dirs.size() == layout.hierarchies.size()) {
+        FB_ASSIGN(std::vector<std::string> dirs, exec_cgroup_dirs(layout, state.cgroup_dirs, opt.sub_cgroups));
+        // A sub-cgroup must exist, as under runc: say so rather than "open ...: ENOENT".
+        auto open_error = [&](const std::string& d, const std::string& path) {
+            if (errno == ENOENT && !opt.sub_cgroups.empty()) return fail(ENOENT, "--cgroup: no cgroup " + d);
+            return sys_error("open cgroup " + path);
+        };
         for (size_t i = 0; i < layout.hierarchies.size(); ++i) {
-            const std::string& d = state.cgroup_dirs[i];
+            const std::string& d = dirs[i];
             if (d.empty()) continue;  // a hierarchy the container has no cgroup in (rootless)
             if (layout.hierarchies[i].unified) {
                 unified_dir.reset(::open(d.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-                if (!unified_dir) return sys_error("open cgroup " + d);
+                if (!unified_dir) return open_error(d, d);
+                unified_sub_cgroup = d.substr(state.cgroup_dirs[i].size());
             } else {
                 unique_fd f(::open((d + "/tasks").c_str(), O_WRONLY | O_CLOEXEC));
-                if (!f) return sys_error("open cgroup " + d + "/tasks");
+                if (!f) return open_error(d, d + "/tasks");
                 task_files.push_back(std::move(f));
             }
         }
@@ -390,7 +400,7 @@ Result<int> exec_into(const StateStore& store, const ExecOptions& opt) {
         gate_read.reset();
         auto manager = systemd::Manager::connect();
         if (!manager) return std::unexpected(manager.error());
-        FB_TRY(manager->attach_processes(state.systemd_unit, {static_cast<uint32_t>(child)}));
+        FB_TRY(manager->attach_processes(state.systemd_unit, {static_cast<uint32_t>(child)}, unified_sub_cgroup));
         if (::write(gate_write.get(), "g", 1) != 1) return sys_error("exec attach gate");
         gate_write.reset();
     }
