@@ -8,6 +8,9 @@ load helpers
 # directly, not through the runtime function: $! is then its own pid, not a subshell's.
 start_events() {
 	EVENTS_OUT=$BATS_TEST_TMPDIR/events.out
+	# Made here: the background job's redirection opens it only once that job runs, which a
+	# busy machine may not do before the first wait_for_events reads it.
+	: >"$EVENTS_OUT"
 	"$FORKBOX" --root "$ROOT" events "$@" </dev/null >"$EVENTS_OUT" 2>"$BATS_TEST_TMPDIR/events.err" 3>&- 4>&- &
 	EVENTS_PID=$!
 	FB_PIDS+=("$EVENTS_PID")
