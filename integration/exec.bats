@@ -212,17 +212,9 @@ start_container() {
 	local cg=/$CID-cg
 	update_config '.linux.cgroupsPath = $p' --arg p "$cg"
 	start_container
-	local d made=()
-	for d in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
-		[ -d "$d$cg" ] || continue
-		mkdir "$d$cg/all" && made+=("$d$cg/all")
-		# A new v1 cpuset cgroup has no CPUs until given its parent's.
-		if [ -f "$d$cg/all/cpuset.cpus" ]; then
-			cat "$d$cg/cpuset.cpus" >"$d$cg/all/cpuset.cpus"
-			cat "$d$cg/cpuset.mems" >"$d$cg/all/cpuset.mems"
-		fi
-	done
-	[ "${#made[@]}" -gt 0 ] || fail "no cgroup directory for $cg"
+	local made
+	made=$(make_sub_cgroups "$cg" all)
+	[ "$made" -gt 0 ] || fail "no cgroup directory for $cg"
 	run runtime exec "$CID" /bin/fbhelper read /proc/self/cgroup
 	assert_success
 	local own=$output

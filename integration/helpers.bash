@@ -284,6 +284,23 @@ wait_for_pid_gone() {
 	return 1
 }
 
+# make_sub_cgroups CGPATH NAME: the cgroup NAME under CGPATH (a container's cgroupsPath) in
+# every hierarchy that has CGPATH, a v1 cpuset one given its parent's CPUs and memory nodes;
+# prints how many it made.
+make_sub_cgroups() {
+	local cg=$1 name=$2 d n=0
+	for d in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
+		[ -d "$d$cg" ] || continue
+		mkdir "$d$cg/$name" || return 1
+		if [ -f "$d$cg/$name/cpuset.cpus" ]; then
+			cat "$d$cg/cpuset.cpus" >"$d$cg/$name/cpuset.cpus"
+			cat "$d$cg/cpuset.mems" >"$d$cg/$name/cpuset.mems"
+		fi
+		n=$((n + 1))
+	done
+	echo "$n"
+}
+
 # assert_stderr_contains TEXT: after `run --separate-stderr`, $stderr contains TEXT.
 assert_stderr_contains() {
 	if [[ $stderr != *"$1"* ]]; then

@@ -25,6 +25,26 @@ load helpers
 	((n == 3)) || fail "expected 3 pids, got $n"
 }
 
+@test "ps lists the processes in sub-cgroups of the container's too, as runc" {
+	# A systemd in the container moves even itself out of the container's own cgroup.
+	local cg=/$CID-cg made
+	update_config '.linux.cgroupsPath = $p' --arg p "$cg"
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	made=$(make_sub_cgroups "$cg" sub)
+	[ "$made" -gt 0 ] || fail "no cgroup directory for $cg"
+	runtime exec --detach --cgroup sub --pid-file "$BATS_TEST_TMPDIR/exec.pid" "$CID" /bin/fbhelper sleep 100 \
+		</dev/null >/dev/null 2>&1 3>&- 4>&-
+	local pid
+	pid=$(cat "$BATS_TEST_TMPDIR/exec.pid")
+	run runtime ps --format json "$CID"
+	assert_success
+	jq -e --argjson p "$pid" 'index($p) != null and length == 2' <<<"$output"
+	# And kill --all reaches it.
+	runtime kill --all "$CID" KILL
+	wait_for_pid_gone "$pid"
+}
+
 @test "ps prints the ps header and the container's process" {
 	set_args /bin/fbhelper sleep 100
 	run_detached "$CID"

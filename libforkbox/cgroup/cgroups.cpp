@@ -430,23 +430,21 @@ int remove_cgroup_dir(int dirfd, const char* name) {
     }
 }
 
-// The name of one subdirectory of the directory at fd, or nullopt.
-std::optional<std::string> first_subdirectory(int fd) {
+// The names of the subdirectories of the directory at fd.
+std::vector<std::string> subdirectories(int fd) {
+    std::vector<std::string> names;
     int copy = ::openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (copy < 0) return std::nullopt;
+    if (copy < 0) return names;
     DIR* d = ::fdopendir(copy);
     if (!d) {
         ::close(copy);
-        return std::nullopt;
+        return names;
     }
-    std::optional<std::string> found;
-    while (dirent* e = ::readdir(d)) {
-        if (e->d_type != DT_DIR || std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
-        found = e->d_name;
-        break;
-    }
+    while (dirent* e = ::readdir(d))
+        if (e->d_type == DT_DIR && std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
+            names.emplace_back(e->d_name);
     ::closedir(d);
-    return found;
+    return names;
 }
 
 // Removes every cgroup below dir, deepest first: sub-cgroups the container made (systemd or
@@ -458,11 +456,11 @@ Result<void> remove_sub_cgroups(const std::string& dir) {
     if (!cur) return errno == ENOENT ? Result<void>{} : sys_error("open cgroup " + dir);
     std::vector<std::string> names;  // the path from dir down to cur
     for (;;) {
-        if (auto sub = first_subdirectory(cur.get())) {
-            unique_fd next(::openat(cur.get(), sub->c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-            if (!next) return sys_error("open cgroup " + dir + "/.../" + *sub);
+        if (auto subs = subdirectories(cur.get()); !subs.empty()) {
+            unique_fd next(::openat(cur.get(), subs[0].c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+            if (!next) return sys_error("open cgroup " + dir + "/.../" + subs[0]);
             cur = std::move(next);
-            names.push_back(std::move(*sub));
+            names.push_back(std::move(subs[0]));
             continue;
         }
         if (names.empty()) return {};
@@ -539,11 +537,11 @@ std::string first_cgroup_dir(const std::vector<std::string>& dirs) {
     return {};
 }
 
-std::vector<pid_t> cgroup_pids(const std::string& dir) {
-    std::vector<pid_t> pids;
-    auto text = read_file(dir + "/cgroup.procs");
-    if (!text) return pids;
-    const char* p = text->c_str();
+namespace {
+
+void append_pids(std::string_view text, std::vector<pid_t>& pids) {
+    std::string copy(text);
+    const char* p = copy.c_str();
     while (*p) {
         char* end;
         long v = std::strtol(p, &end, 10);
@@ -552,6 +550,28 @@ std::vector<pid_t> cgroup_pids(const std::string& dir) {
         p = end;
         while (*p == '\n') ++p;
     }
+}
+
+void append_tree_pids(int dirfd, std::vector<pid_t>& pids) {
+    if (auto text = read_file_at(dirfd, "cgroup.procs")) append_pids(*text, pids);
+    for (const auto& name : subdirectories(dirfd)) {
+        unique_fd sub(::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (sub) append_tree_pids(sub.get(), pids);
+    }
+}
+
+}  // namespace
+
+std::vector<pid_t> cgroup_pids(const std::string& dir) {
+    std::vector<pid_t> pids;
+    if (auto text = read_file(dir + "/cgroup.procs")) append_pids(*text, pids);
+    return pids;
+}
+
+std::vector<pid_t> cgroup_tree_pids(const std::string& dir) {
+    std::vector<pid_t> pids;
+    unique_fd root(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (root) append_tree_pids(root.get(), pids);
     return pids;
 }
 

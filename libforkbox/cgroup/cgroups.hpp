@@ -177,8 +177,12 @@ std::vector<std::string> removable_cgroups(const CgroupLayout& layout, std::vect
 // releasing exited tasks (EBUSY).
 Result<void> remove_cgroups(const std::vector<std::string>& created);
 
-// Pids listed in <dir>/cgroup.procs.
+// Pids listed in <dir>/cgroup.procs: the processes of that cgroup alone.
 std::vector<pid_t> cgroup_pids(const std::string& dir);
+// The processes of dir and of every cgroup below it (a container's systemd or nested
+// runtime moves its processes into sub-cgroups), as runc's GetAllPids. Holds an fd per
+// level of depth while it walks.
+std::vector<pid_t> cgroup_tree_pids(const std::string& dir);
 
 // The first of a container's dirs that is not a hole ("" when all are): any hierarchy lists
 // every process of the container.

@@ -265,7 +265,7 @@ Result<void> read_pids(const CgroupLayout& layout, const std::vector<std::string
     FB_ASSIGN(auto current, read_uint(d->dir, "pids.current"));
     if (!current) {
         // v2 without the pids controller enabled: count the processes instead.
-        if (d->unified) p.current = cgroup_pids(d->dir).size();
+        if (d->unified) p.current = cgroup_tree_pids(d->dir).size();
         return {};
     }
     p.current = *current;

@@ -164,7 +164,7 @@ Result<ContainerDir> open_existing(const StateStore& store, const std::string& i
 void signal_all(const ContainerState& s, int sig) {
     // One hierarchy lists every process.
     if (std::string d = first_cgroup_dir(s.cgroup_dirs); !d.empty())
-        for (pid_t p : cgroup_pids(d)) ::kill(p, sig);
+        for (pid_t p : cgroup_tree_pids(d)) ::kill(p, sig);
 }
 
 // A SIGKILL sent to a paused container is only acted on once it is thawed: the v1 freezer
@@ -222,7 +222,7 @@ void stop_systemd_unit(const ContainerState& s) {
 void kill_half_made(const ContainerState& s) {
     for (const auto& d : s.cgroup_dirs)
         if (!d.empty())
-            for (pid_t p : cgroup_pids(d)) ::kill(p, SIGKILL);
+            for (pid_t p : cgroup_tree_pids(d)) ::kill(p, SIGKILL);
     thaw_killed(s);
 }
 
@@ -437,7 +437,7 @@ Result<std::vector<pid_t>> container_pids(const StateStore& store, const std::st
     if (info.status == Status::Stopped) return std::vector<pid_t>{};
     // One hierarchy lists every process; without a cgroup, init is all we know of.
     if (info.state.cgroup_dirs.empty()) return std::vector<pid_t>{info.state.pid};
-    return cgroup_pids(first_cgroup_dir(info.state.cgroup_dirs));
+    return cgroup_tree_pids(first_cgroup_dir(info.state.cgroup_dirs));
 }
 
 Result<void> delete_container(const StateStore& store, const std::string& id, bool force, const KnownToRun& known) {

@@ -151,7 +151,7 @@ void remove_stale_cgroups(const CgroupLayout& layout, const std::string& relativ
             pid_t pid = static_cast<pid_t>(std::strtol(e->d_name, nullptr, 10));
             if (pid <= 0 || !server_gone(pid)) continue;
             stale.push_back(parent + "/" + e->d_name);
-            for (pid_t p : cgroup_pids(stale.back())) ::kill(p, SIGKILL);
+            for (pid_t p : cgroup_tree_pids(stale.back())) ::kill(p, SIGKILL);
             // A paused session's tasks act on the SIGKILL only once thawed.
             (void)write_file(stale.back() + (h.unified ? "/cgroup.freeze" : "/freezer.state"), h.unified ? "0" : "THAWED");
         }
