@@ -87,6 +87,10 @@ int cmd_daemon(const Globals& g, const std::vector<std::string>& args) {
     if (o.sandbox.max_live < 1) return report("--max-sandboxes must be at least 1");
     if (o.sandbox.defaults.memory_mb == 0 || o.sandbox.defaults.pids == 0 || o.sandbox.upper_size_mb == 0)
         return report("--memory-mb, --pids and --tmpfs-mb must be positive");
+    // A user's sandboxes read the host with that user's rights: the group's members would get them.
+    if (!allow_groups.empty() && (::geteuid() != 0 || rootless_mode().in_user_namespace))
+        return report("--allow-group needs a root daemon: a user's daemon would give the group's members that "
+                      "user's rights over the host's files");
     for (const auto& g : allow_groups) {
         char* end = nullptr;
         unsigned long gid = std::strtoul(g.c_str(), &end, 10);

@@ -640,6 +640,48 @@ except OSError as e:
 	refute_output --partial "served="
 }
 
+# A root daemon's own sandboxes see the host's files as their root's (an idmapped lower
+# layer); a group member's must not: it would read /etc/shadow, and bind and write what
+# only root may.
+@test "sandbox: an --allow-group member's sandbox has no more rights over the host's files than the member" {
+	rl_setup_user || fail "cannot make the test user"
+	export RL_PATH=/usr/sbin:/usr/bin:/sbin:/bin
+	RL_XDG=$TDIR/xdg RL_HOME=$TDIR/home
+	mkdir -p "$RL_XDG" "$RL_HOME" "$TDIR/shared" "$TDIR/private"
+	chown "$RL_UID:$RL_GID" "$RL_XDG" "$RL_HOME"
+	chgrp "$RL_GID" "$TDIR/shared" && chmod 0750 "$TDIR/shared"
+	chmod 0755 "$TDIR"
+	echo secret >"$TDIR/private/s" && chmod 0700 "$TDIR/private"
+	local sock=$TDIR/shared/forkbox.sock
+	start_daemon_as_root "$sock" --allow-group "$RL_GID"
+	# The owner (root) reads root's files, as before.
+	run --separate-stderr timeout 30 "$SB_FB" sandbox --socket "$sock" -- head -c 5 /etc/shadow
+	assert_success
+	assert_output "root:"
+	run --separate-stderr as_user timeout 30 "$SB_FB" sandbox --socket "$sock" -- sh -c 'cat /etc/shadow; echo "rc=$?"; echo x >>/etc/hosts; echo "rc=$?"'
+	assert_success
+	assert_line --index 0 "rc=1"
+	assert_line --index 1 --regexp "^rc=[12]$"
+	assert_stderr_contains "Permission denied"
+	run --separate-stderr as_user timeout 30 "$SB_FB" sandbox --socket "$sock" -v "$TDIR/private:/mnt" -- cat /mnt/s
+	assert_failure
+	refute_output --partial secret
+	assert_stderr_contains "only the daemon's own user may bind host paths"
+	# Its sandboxes still run, from a pool of their own; the owner's keep their idmapped lower.
+	run as_user "$SB_FB" sandbox --socket "$sock" --info
+	assert_success
+	assert_equal "$(jq -r .idmapped_lower <<<"$output")" true
+}
+
+@test "sandbox: a user's daemon refuses --allow-group (the members would get that user's rights)" {
+	rl_setup_user || fail "cannot make the test user"
+	export RL_PATH=/usr/sbin:/usr/bin:/sbin:/bin
+	run --separate-stderr as_user "$SB_FB" daemon --socket "$TDIR/u.sock" --allow-group "$RL_GID"
+	assert_failure
+	assert_stderr_contains "--allow-group needs a root daemon"
+	[ ! -e "$TDIR/u.sock" ] || fail "the socket was made"
+}
+
 # With --network a sandbox shares the host's network namespace, where abstract Unix sockets
 # live: X11's @/tmp/.X11-unix/X0, D-Bus and containerd listeners. A Landlock scope (kernel
 # 6.12) confines its connects and signals to its own domain.

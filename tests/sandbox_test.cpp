@@ -305,6 +305,7 @@ TEST(SandboxKindWire, RoundTrips) {
     EXPECT_EQ(*back, k);
     k.python = true;
     k.preload = {"json", "os.path"};
+    k.unmapped_lower = true;
     back = decode_kind(encode_kind(k));
     ASSERT_TRUE(back) << back.error().what();
     EXPECT_EQ(*back, k);

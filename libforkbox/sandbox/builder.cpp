@@ -61,8 +61,8 @@ private:
     };
     Result<const Plan*> plan_for(const SandboxKind& kind);
     Result<Built> build(uint64_t id, const SandboxKind& kind, int fork_source, bool hold);
-    Result<void> parent_side(pid_t pid, const Plan& plan, std::vector<unique_fd>& bind_trees, int control, int fork_source,
-                             Built& built, bool hold);
+    Result<void> parent_side(pid_t pid, const SandboxKind& kind, const Plan& plan, std::vector<unique_fd>& bind_trees,
+                             int control, int fork_source, Built& built, bool hold);
 
     const BuilderConfig& c_;
     int sock_;
@@ -125,7 +125,7 @@ Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind, int 
     b.pidfd.reset(pidfd);
     theirs.reset();
     task_fds.clear();
-    if (auto r = parent_side(pid, *plan, bind_trees, ours.get(), fork_source, b, hold); !r) {
+    if (auto r = parent_side(pid, kind, *plan, bind_trees, ours.get(), fork_source, b, hold); !r) {
         sys::pidfd_send_signal(pidfd, SIGKILL);
         return std::unexpected(r.error());
     }
@@ -135,8 +135,9 @@ Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind, int 
 
 // Once the child exists: its id maps ("P": it makes its namespaces meanwhile), an idmapped
 // lower layer (root), then "M", unless it is held.
-Result<void> Builder::parent_side(pid_t pid, const Plan& plan, std::vector<unique_fd>& bind_trees, int control,
-                                  int fork_source, Built& built, bool hold) {
+Result<void> Builder::parent_side(pid_t pid, const SandboxKind& kind, const Plan& plan,
+                                  std::vector<unique_fd>& bind_trees, int control, int fork_source, Built& built,
+                                  bool hold) {
     std::string& lower_kind = built.lower;
     std::string proc = "/proc/" + std::to_string(pid);
     // A root daemon's private range, or a user's own ids (setgroups denied first).
@@ -148,8 +149,9 @@ Result<void> Builder::parent_side(pid_t pid, const Plan& plan, std::vector<uniqu
     FB_TRY(write_id_mappings(pid, uids, gids, writer));
     if (::send(control, "P", 1, MSG_NOSIGNAL) < 0) return sys_error("sandbox embryo: say its id maps are written");
     // A root daemon's lower layer: a copy of "/" alone (not its submounts), made here where
-    // nothing is locked, idmapped so that the host's root-owned files are the sandbox root's.
-    // A user's embryo builds its root itself (embryo.cpp).
+    // nothing is locked, idmapped so that the host's root-owned files are the sandbox root's
+    // (not for a peer other than the daemon's user: SandboxKind::unmapped_lower). A user's
+    // embryo builds its root itself (embryo.cpp).
     unique_fd lower;
     lower_kind = "none";
     if (c_.mapped_range) {
@@ -158,20 +160,21 @@ Result<void> Builder::parent_side(pid_t pid, const Plan& plan, std::vector<uniqu
         if (!lower) return sys_error("open_tree /");
         mount_attr attr{};
         attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-        if (idmapped_lower_ && userns) {
+        bool idmap = idmapped_lower_ && !kind.unmapped_lower;
+        if (idmap && userns) {
             attr.attr_set |= MOUNT_ATTR_IDMAP;
             attr.userns_fd = static_cast<uint64_t>(userns.get());
             if (::syscall(SYS_mount_setattr, lower.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) {
                 log::warn("sandbox: no idmapped lower layer (mount_setattr: " + std::string(std::strerror(errno)) +
                           "): the sandbox's root cannot write the host's system files");
-                idmapped_lower_ = false;
+                idmapped_lower_ = idmap = false;
                 attr.attr_set &= ~static_cast<uint64_t>(MOUNT_ATTR_IDMAP);
             }
         }
-        if (!idmapped_lower_) ::syscall(SYS_mount_setattr, lower.get(), "", AT_EMPTY_PATH, &attr, sizeof attr);
-        lower_kind = idmapped_lower_ ? "idmapped" : "plain";
+        if (!idmap) ::syscall(SYS_mount_setattr, lower.get(), "", AT_EMPTY_PATH, &attr, sizeof attr);
+        lower_kind = idmap ? "idmapped" : kind.unmapped_lower ? "unmapped" : "plain";
         // Binds too: host root's files are the sandbox root's there.
-        for (size_t i = 0; i < bind_trees.size() && i < plan.mounts.size() && userns && idmapped_lower_; ++i)
+        for (size_t i = 0; i < bind_trees.size() && i < plan.mounts.size() && userns && idmap; ++i)
             if (bind_trees[i]) (void)idmap_tree(bind_trees[i].get(), userns.get(), true, plan.mounts[i].source);
     }
     if (hold) {
@@ -236,12 +239,13 @@ std::string embryo_cgroup_path(const std::string& parent, pid_t service_pid, uin
     return parent + "/" + std::to_string(service_pid) + "-" + std::to_string(id);
 }
 
-// "<network 0|1><python 0|1>" then the mounts' source, destination, mode, NUL-separated,
-// then "\n" and the preloaded modules, NUL-separated.
+// "<network 0|1><python 0|1><unmapped lower 0|1>" then the mounts' source, destination,
+// mode, NUL-separated, then "\n" and the preloaded modules, NUL-separated.
 std::string encode_kind(const SandboxKind& kind) {
     std::string out;
     out.push_back(kind.network ? '1' : '0');
     out.push_back(kind.python ? '1' : '0');
+    out.push_back(kind.unmapped_lower ? '1' : '0');
     for (const auto& m : kind.mounts) {
         for (std::string_view s : {std::string_view(m.source), std::string_view(m.destination),
                                    std::string_view(m.writable ? "rw" : "ro")}) {
@@ -258,12 +262,13 @@ std::string encode_kind(const SandboxKind& kind) {
 }
 
 Result<SandboxKind> decode_kind(std::string_view data) {
-    if (data.size() < 3 || (data[0] != '0' && data[0] != '1') || (data[1] != '0' && data[1] != '1'))
+    if (data.size() < 4 || std::any_of(data.begin(), data.begin() + 3, [](char c) { return c != '0' && c != '1'; }))
         return fail(EPROTO, "sandbox kind: bad flags");
     SandboxKind k;
     k.network = data[0] == '1';
     k.python = data[1] == '1';
-    data.remove_prefix(2);
+    k.unmapped_lower = data[2] == '1';
+    data.remove_prefix(3);
     // Paths hold no NUL, and a module name no newline: the mounts end at the first "\n"
     // that starts a field.
     std::vector<std::string> fields;

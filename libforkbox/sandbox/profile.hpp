@@ -24,6 +24,10 @@ struct SandboxKind {
     // hands it the code to run (embryo.cpp).
     bool python = false;
     std::vector<std::string> preload;
+    // For a peer that is not the daemon's own user (--allow-group): the host's files in the
+    // lower layer keep their owners unmapped (no idmapped lower), so the sandbox's root
+    // reads and writes them only as any unprivileged user could, never as the daemon.
+    bool unmapped_lower = false;
     auto operator<=>(const SandboxKind&) const = default;
 };
 

@@ -257,6 +257,12 @@ void Server::unwatch(int fd) {
 
 // --- connections ---
 
+std::optional<std::string> Server::binds_refused(const std::vector<BindRequest>& mounts, uid_t peer) const {
+    if (mounts.empty() || peer == euid_) return std::nullopt;
+    return "mounts: only the daemon's own user may bind host paths into a sandbox (the daemon would reach them "
+           "with its rights, not the caller's)";
+}
+
 bool Server::peer_allowed(int conn, uid_t& peer) {
     ucred cred{};
     socklen_t len = sizeof cred;
@@ -443,6 +449,10 @@ void Server::serve_first_message(Connection conn, uid_t peer) {
         reply_final(std::move(conn), format_error(ErrorKind::SandboxError, "the daemon is stopping"));
         return;
     }
+    if (auto refused = binds_refused(request->mounts, peer)) {
+        reply_final(std::move(conn), format_error(ErrorKind::InvalidRequest, *refused));
+        return;
+    }
     if (!request->session.empty()) {
         Session* s = find_session(request->session, peer, conn);
         if (!s) return;
@@ -598,7 +608,8 @@ void Server::on_builder() {
         e.pidfd = std::move(fds[0]);
         e.control = std::move(fds[1]);
         ::fcntl(e.control.get(), F_SETFL, O_NONBLOCK);
-        idmapped_lower_ = rest.find("idmapped") != std::string::npos;
+        // What this host gives the owner's sandboxes (a member's lower is unmapped by choice).
+        if (!e.kind.unmapped_lower) idmapped_lower_ = rest.find("idmapped") != std::string::npos;
         embryo_by_pid_[pid] = id;
         watch(e.control.get(), EPOLLIN, Watch::Control, id);
         watch(e.pidfd.get(), EPOLLIN, Watch::Pidfd, id);
@@ -943,6 +954,7 @@ Run& Server::start_run(Connection conn, RunRequest request, uid_t peer) {
     r->peer = peer;
     r->kind.network = request.network;
     r->kind.mounts = request.mounts;
+    r->kind.unmapped_lower = peer != euid_;
     // A warm Python for a run of its own; in a session, python3 -c runs like any command.
     r->kind.python = request.python.has_value() && request.session.empty();
     r->kind.preload = request.preload;

@@ -226,7 +226,10 @@ private:
     void accept_handoff();
     void accept_connections();
     void classify(Connection conn);
-    bool peer_allowed(int conn, uid_t& peer);  // peer: its uid
+    bool peer_allowed(int conn, uid_t& peer);
+    // Why a peer may not have these binds (a group member: the daemon would reach the
+    // paths with its own rights), or nothing.
+    std::optional<std::string> binds_refused(const std::vector<BindRequest>& mounts, uid_t peer) const;  // peer: its uid
     void read_first_message(uint64_t id);
     void await_request(Connection conn);
     void reply_final(Connection conn, const std::string& message);

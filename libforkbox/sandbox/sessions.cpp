@@ -67,6 +67,7 @@ void Server::serve_session_verb(Connection conn, const FirstMessage& first, uid_
     if (verb == "create") {
         auto request = parse_create_request(first.body, opt_.defaults);
         if (!request) return invalid(request.error());
+        if (auto refused = binds_refused(request->mounts, peer)) return invalid(Error(EPERM, *refused));
         if (live_sandboxes() >= static_cast<size_t>(opt_.max_live)) {
             reply_final(std::move(conn), format_error(ErrorKind::Busy, std::to_string(live_sandboxes()) +
                                                                            " sandboxes are live: retry later"));
