@@ -1,10 +1,20 @@
 #include "cmd/common.hpp"
 
+#include <unistd.h>
+
+#include <climits>
 #include <iostream>
 
 #include "libforkbox/base/log.hpp"
 
 namespace forkbox::cmd {
+
+std::string absolute_from_cwd(const std::string& path) {
+    if (path.empty() || path[0] == '/') return path;
+    char cwd[PATH_MAX];
+    if (!::getcwd(cwd, sizeof cwd)) return path;  // the daemon then refuses it as relative
+    return std::string(cwd) + "/" + path;
+}
 
 bool VerbParser::parse(const std::vector<std::string>& args, po::variables_map& vm) {
     // No guessing from prefixes: runc takes whole flag names only, and a guess turns a

@@ -54,6 +54,10 @@ private:
 int report(const Error& e);
 int report(const std::string& msg);
 
+// `path` made absolute against the current directory: a daemon resolves what it is sent
+// from its own.
+std::string absolute_from_cwd(const std::string& path);
+
 // Requires exactly the container id as positional argument.
 std::string require_id(const po::variables_map& vm, const char* verb);
 

@@ -49,6 +49,7 @@ int cmd_daemon(const Globals& g, const std::vector<std::string>& args) {
                  "zygote-mode create/run, on one socket (in the foreground; SIGTERM stops it).");
     zygote::DaemonOptions o;
     std::vector<std::string> warm, allow_groups;
+    std::string rootfs;
     bool stats = false, no_sandboxes = false;
     uint64_t max_timeout_ms = 0;
     std::string root = g.root;
@@ -73,7 +74,9 @@ int cmd_daemon(const Globals& g, const std::vector<std::string>& args) {
         "max-timeout-ms", po::value(&max_timeout_ms)->default_value(0), "deadline of every sandbox run (0: only the request's)")(
         "memory-mb", po::value(&o.sandbox.defaults.memory_mb)->default_value(512), "a sandbox's default memory limit")(
         "pids", po::value(&o.sandbox.defaults.pids)->default_value(256), "a sandbox's default process limit")(
-        "tmpfs-mb", po::value(&o.sandbox.upper_size_mb)->default_value(512), "size of a sandbox's writable layer, and of its /tmp");
+        "tmpfs-mb", po::value(&o.sandbox.upper_size_mb)->default_value(512), "size of a sandbox's writable layer, and of its /tmp")(
+        "rootfs", po::value(&rootfs),
+        "sandboxes' read-only lower layer: a directory or an OCI bundle (default: the host's /)");
     po::variables_map vm;
     if (!p.parse(args, vm)) return 0;
     if (stats) {
@@ -103,6 +106,11 @@ int cmd_daemon(const Globals& g, const std::vector<std::string>& args) {
         }
     }
     if (max_timeout_ms) o.sandbox.defaults.max_timeout_ms = max_timeout_ms;
+    if (!rootfs.empty()) {
+        auto resolved = sandbox::resolve_sandbox_rootfs(absolute_from_cwd(rootfs));
+        if (!resolved) return report(resolved.error().wrap("--rootfs"));
+        o.sandbox.rootfs = *resolved;
+    }
     o.sandboxes = !no_sandboxes;
     o.sandbox.socket_path = o.socket_path;
     // The sandboxes' mount point (always empty on the host: each embryo mounts on it in its

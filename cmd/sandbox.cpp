@@ -67,13 +67,15 @@ int session_verb(const std::string& verb, const std::vector<std::string>& args) 
     std::vector<std::string> positional;
     uint64_t memory_mb = 0, pids = 0, timeout_ms = 0, ttl_s = 0, idle_s = 0;
     bool network = false, as_json = false;
+    std::string rootfs;
     p.add()("socket", po::value(&socket), "the daemon's socket (default: FORKBOX_SOCKET, or the default daemon's)")(
         "args", po::value(&positional)->multitoken(), "arguments");
     if (verb == "create")
         p.add()("memory", po::value(&memory_mb), "memory limit in MiB")("pids", po::value(&pids), "process limit")(
             "timeout-ms", po::value(&timeout_ms), "each run's deadline")("ttl-s", po::value(&ttl_s), "end it after this long")(
             "idle-s", po::value(&idle_s), "end it after this long without a run")(
-            "network", po::bool_switch(&network), "share the host's network");
+            "network", po::bool_switch(&network), "share the host's network")(
+            "rootfs", po::value(&rootfs), "its read-only root: a directory or an OCI bundle (default: the daemon's)");
     if (verb == "list") p.add()("json", po::bool_switch(&as_json), "the daemon's JSON");
     p.positional("args", -1);
     po::variables_map vm;
@@ -100,6 +102,7 @@ int session_verb(const std::string& verb, const std::vector<std::string>& args) 
         if (ttl_s) w.key("ttl_s").value(ttl_s);
         if (idle_s) w.key("idle_s").value(idle_s);
         if (network) w.key("network").value(true);
+        if (!rootfs.empty()) w.key("rootfs").value(absolute_from_cwd(rootfs));
         w.end_object();
         r = sandbox::call_sandbox(socket, "create", w.str());
         if (!r) return report(r.error());
@@ -185,7 +188,7 @@ int cmd_sandbox(const Globals&, const std::vector<std::string>& args) {
                  "Run one command in a fresh sandbox of the running `forkbox daemon` (user namespace,\n"
                  "overlay root in RAM, seccomp, limits). Exits with the command's code; 124 on timeout.");
     std::vector<std::string> command, env, mounts, preload;
-    std::string socket, cwd, session, python;
+    std::string socket, cwd, session, python, rootfs;
     uint64_t timeout_ms = 0, memory_mb = 0, pids = 0, max_output = 0;
     double cpus = 0;
     bool network = false, no_caps = false, forward_stdin = false, info = false;
@@ -195,6 +198,7 @@ int cmd_sandbox(const Globals&, const std::vector<std::string>& args) {
         "pids", po::value(&pids), "process limit (default: the daemon's)")(
         "cpus", po::value(&cpus), "CPU limit in cores (cgroups only)")(
         "network", po::bool_switch(&network), "share the host's network (default: only lo)")(
+        "rootfs", po::value(&rootfs), "the sandbox's read-only root: a directory or an OCI bundle (default: the daemon's)")(
         "mount,v", po::value(&mounts)->composing(), "bind HOST:SANDBOX[:ro|rw] (ro by default)")(
         "env,e", po::value(&env)->composing(), "KEY=VALUE (replaces the default environment)")(
         "cwd,w", po::value(&cwd), "working directory inside")(
@@ -246,6 +250,7 @@ int cmd_sandbox(const Globals&, const std::vector<std::string>& args) {
     if (pids) w.key("pids").value(pids);
     if (cpus > 0) w.key("cpus").value(cpus);
     if (network) w.key("network").value(true);
+    if (!rootfs.empty()) w.key("rootfs").value(absolute_from_cwd(rootfs));
     if (max_output) w.key("max_output").value(max_output);
     if (no_caps) w.key("caps").begin_array().end_array();
     if (!mounts.empty()) {

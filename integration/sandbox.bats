@@ -389,6 +389,74 @@ sys.stdout.write(repr(s.recv(70000)))
 	assert_output "300000"
 }
 
+# --- a chosen root (--rootfs) ---
+
+# busybox_root DIR: a busybox tree in DIR with /etc/marker ("from the image"), readable by all.
+busybox_root() {
+	mkdir -p "$1/bin" "$1/etc"
+	cp "${BUSYBOX:-/bin/busybox}" "$1/bin/busybox"
+	chroot "$1" /bin/busybox --install -s /bin
+	echo "from the image" >"$1/etc/marker"
+	chmod -R a+rX "$1"
+}
+
+@test "sandbox --rootfs: a directory is the read-only root instead of the host's, the writes the sandbox's alone" {
+	busybox_root "$TDIR/img"
+	run --separate-stderr sb --rootfs "$TDIR/img" -- sh -c 'cat /etc/marker; test -e /usr/bin/python3 && echo host || echo no-host; test -r /proc/self/status && echo proc; echo w >/etc/written; cat /etc/written; id -u'
+	assert_success
+	assert_output "from the image
+no-host
+proc
+w
+0"
+	[ ! -e "$TDIR/img/etc/written" ] || fail "the write reached the image"
+	run --separate-stderr sb --rootfs "$TDIR/img" -- sh -c 'test -e /etc/written && echo seen || echo fresh'
+	assert_output "fresh"
+	# An OCI bundle: its config.json's root.path, relative to the bundle.
+	mkdir "$TDIR/bundle"
+	ln -s ../img "$TDIR/bundle/rootfs"
+	echo '{"ociVersion": "1.2.0", "root": {"path": "rootfs"}}' >"$TDIR/bundle/config.json"
+	run --separate-stderr sb --rootfs "$TDIR/bundle" -- cat /etc/marker
+	assert_success
+	assert_output "from the image"
+	run --separate-stderr sb --rootfs "$TDIR/nothing" -- true
+	assert_failure
+	assert_stderr_contains "rootfs: $TDIR/nothing"
+}
+
+@test "sandbox --rootfs: a session keeps its root, and its forks have it too" {
+	busybox_root "$TDIR/img"
+	local sid kid
+	sid=$("$SB_FB" sandbox create --socket "$SOCK" --rootfs "$TDIR/img")
+	run --separate-stderr sb -s "$sid" -- sh -c 'cat /etc/marker; echo state >/tmp/s'
+	assert_output "from the image"
+	kid=$("$SB_FB" sandbox fork --socket "$SOCK" "$sid")
+	run --separate-stderr sb -s "$kid" -- sh -c 'cat /etc/marker /tmp/s'
+	assert_success
+	assert_output "from the image
+state"
+	# A run in the session cannot change it.
+	run --separate-stderr sb -s "$sid" --rootfs / -- true
+	assert_failure
+	assert_stderr_contains "the session's"
+	"$SB_FB" sandbox close --socket "$SOCK" "$kid"
+	"$SB_FB" sandbox close --socket "$SOCK" "$sid"
+}
+
+@test "daemon --rootfs: the root of every sandbox that names none; a bad one stops the daemon at start" {
+	busybox_root "$TDIR/img"
+	local sock=$TDIR/rootfs.sock
+	start_daemon_as_root "$sock" --rootfs "$TDIR/img"
+	run --separate-stderr sb_on "$sock" -- cat /etc/marker
+	assert_success
+	assert_output "from the image"
+	run "$SB_FB" sandbox --socket "$sock" --info
+	assert_equal "$(jq -r .rootfs <<<"$output")" "$TDIR/img"
+	run --separate-stderr "$SB_FB" daemon --socket "$TDIR/bad.sock" --rootfs "$TDIR/nothing"
+	assert_failure
+	assert_stderr_contains "--rootfs"
+}
+
 # --- a user's daemon ---
 
 @test "sandbox (user's daemon): runs a command; --info says rootless, rlimits" {
@@ -406,6 +474,17 @@ sys.stdout.write(repr(s.recv(70000)))
 	assert_equal "$(jq -r .mode <<<"$output")" rootless
 	assert_equal "$(jq -r .uid <<<"$output")" "$RL_UID"
 	assert_equal "$(jq -c '.limits | [.memory, .pids]' <<<"$output")" '["rlimit","rlimit"]'
+}
+
+@test "sandbox (user's daemon): --rootfs, one overlay of a plain directory" {
+	busybox_root "$TDIR/img"
+	chmod 0755 "$TDIR"
+	start_user_daemon
+	run --separate-stderr usb --rootfs "$TDIR/img" -- sh -c 'cat /etc/marker; test -e /usr/bin/python3 && echo host || echo no-host; echo w >/tmp/x && cat /tmp/x'
+	assert_success
+	assert_output "from the image
+no-host
+w"
 }
 
 @test "sandbox (user's daemon): /etc/hosts cannot be written" {
@@ -667,6 +746,9 @@ except OSError as e:
 	assert_failure
 	refute_output --partial secret
 	assert_stderr_contains "only the daemon's own user may bind host paths"
+	run --separate-stderr as_user timeout 30 "$SB_FB" sandbox --socket "$sock" --rootfs / -- true
+	assert_failure
+	assert_stderr_contains "only the daemon's own user may choose a sandbox's root"
 	# Its sandboxes still run, from a pool of their own; the owner's keep their idmapped lower.
 	run as_user "$SB_FB" sandbox --socket "$sock" --info
 	assert_success

@@ -306,6 +306,7 @@ TEST(SandboxKindWire, RoundTrips) {
     k.python = true;
     k.preload = {"json", "os.path"};
     k.unmapped_lower = true;
+    k.rootfs = "/srv/images/python";
     back = decode_kind(encode_kind(k));
     ASSERT_TRUE(back) << back.error().what();
     EXPECT_EQ(*back, k);

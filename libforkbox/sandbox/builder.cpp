@@ -156,8 +156,9 @@ Result<void> Builder::parent_side(pid_t pid, const SandboxKind& kind, const Plan
     lower_kind = "none";
     if (c_.mapped_range) {
         unique_fd userns(::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
-        lower.reset(static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, "/", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
-        if (!lower) return sys_error("open_tree /");
+        std::string root = kind.rootfs.empty() ? "/" : kind.rootfs;
+        lower.reset(static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, root.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
+        if (!lower) return sys_error("open_tree " + root);
         mount_attr attr{};
         attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
         bool idmap = idmapped_lower_ && !kind.unmapped_lower;
@@ -239,13 +240,16 @@ std::string embryo_cgroup_path(const std::string& parent, pid_t service_pid, uin
     return parent + "/" + std::to_string(service_pid) + "-" + std::to_string(id);
 }
 
-// "<network 0|1><python 0|1><unmapped lower 0|1>" then the mounts' source, destination,
-// mode, NUL-separated, then "\n" and the preloaded modules, NUL-separated.
+// "<network 0|1><python 0|1><unmapped lower 0|1>", the rootfs and a NUL, then the mounts'
+// source, destination, mode, NUL-separated, then "\n" and the preloaded modules,
+// NUL-separated.
 std::string encode_kind(const SandboxKind& kind) {
     std::string out;
     out.push_back(kind.network ? '1' : '0');
     out.push_back(kind.python ? '1' : '0');
     out.push_back(kind.unmapped_lower ? '1' : '0');
+    out.append(kind.rootfs);
+    out.push_back('\0');
     for (const auto& m : kind.mounts) {
         for (std::string_view s : {std::string_view(m.source), std::string_view(m.destination),
                                    std::string_view(m.writable ? "rw" : "ro")}) {
@@ -269,6 +273,10 @@ Result<SandboxKind> decode_kind(std::string_view data) {
     k.python = data[1] == '1';
     k.unmapped_lower = data[2] == '1';
     data.remove_prefix(3);
+    size_t rootfs_end = data.find('\0');
+    if (rootfs_end == std::string_view::npos) return fail(EPROTO, "sandbox kind: truncated rootfs");
+    k.rootfs = data.substr(0, rootfs_end);
+    data.remove_prefix(rootfs_end + 1);
     // Paths hold no NUL, and a module name no newline: the mounts end at the first "\n"
     // that starts a field.
     std::vector<std::string> fields;

@@ -234,6 +234,20 @@ Result<void> build_root(const EmbryoSetup& s, int lower_tree, int fork_source) {
         FB_TRY(check(::mkdir((st + d).c_str(), 0755) == 0, "mkdir " + st + d));
     if (fork_source >= 0) FB_TRY_CTX(copy_dir_at(fork_source, "upper", st + "/upper"), "copy the parent's upper layer");
     std::string lower = st + "/lower";
+    std::string root = st + "/root";
+    if (lower_tree < 0 && s.kind && !s.kind->rootfs.empty()) {
+        // A user's sandbox of a chosen root: a plain directory, one overlay layer (only the
+        // host's root has mounts locked below it). Named through our fd: the path may hold
+        // the commas and colons overlayfs's options split on.
+        FB_TRY(make_state_dirs(st + "/upper"));
+        tree.lower.reset(::open(s.kind->rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+        if (!tree.lower) return sys_error("open the root " + s.kind->rootfs);
+        std::string options = "lowerdir=/proc/self/fd/" + std::to_string(tree.lower.get()) + ",upperdir=" + st +
+                              "/upper,workdir=" + st + "/work,userxattr";
+        FB_TRY(check(::mount("overlay", root.c_str(), "overlay", MS_NOSUID | MS_NODEV, options.c_str()) == 0,
+                     "mount an overlay of " + s.kind->rootfs));
+        return {};
+    }
     if (lower_tree < 0) {
         tree.context.per_directory = true;
         tree.lower.reset(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -255,7 +269,6 @@ Result<void> build_root(const EmbryoSetup& s, int lower_tree, int fork_source) {
     tree.lower.reset(::open(lower.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     std::string options = "lowerdir=" + lower + ",upperdir=" + st + "/upper,workdir=" + st + "/work";
     // In a user namespace overlayfs keeps its metadata in user.* xattrs (tmpfs has them).
-    std::string root = st + "/root";
     if (::mount("overlay", root.c_str(), "overlay", MS_NOSUID | MS_NODEV, (options + ",userxattr").c_str()) < 0 &&
         ::mount("overlay", root.c_str(), "overlay", MS_NOSUID | MS_NODEV, options.c_str()) < 0)
         return sys_error("mount the overlay");

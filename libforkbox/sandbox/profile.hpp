@@ -28,6 +28,7 @@ struct SandboxKind {
     // lower layer keep their owners unmapped (no idmapped lower), so the sandbox's root
     // reads and writes them only as any unprivileged user could, never as the daemon.
     bool unmapped_lower = false;
+    std::string rootfs;  // the lower layer's directory (resolve_sandbox_rootfs), "" for the host's /
     auto operator<=>(const SandboxKind&) const = default;
 };
 

@@ -143,6 +143,8 @@ Result<bool> parse_sandbox_key(std::string_view key, const json::Value& v, Reque
         r.network = *b;
     } else if (key == "mounts") {
         FB_ASSIGN(r.mounts, parse_mounts(v));
+    } else if (key == "rootfs") {
+        FB_ASSIGN(r.rootfs, absolute_path(v, key));
     } else if (key == "caps") {
         FB_ASSIGN(auto caps, string_array(v, key));
         if (!caps.empty()) return invalid(key, "must be null (Docker's default set) or [] (none)");

@@ -47,6 +47,7 @@ struct RunRequest {
     double cpus = 0;  // 0: none
     bool network = false;
     std::vector<BindRequest> mounts;
+    std::string rootfs;  // the lower layer asked for: a directory or a bundle ("": the daemon's)
     uint64_t max_output = 1 << 20;
     bool drop_all_caps = false;
     std::string session;  // run in this session's sandbox (then the sandbox's keys are its)
@@ -63,6 +64,7 @@ struct SessionRequest {
     double cpus = 0;
     bool network = false;
     std::vector<BindRequest> mounts;
+    std::string rootfs;  // as RunRequest's
     bool drop_all_caps = false;
     std::optional<uint64_t> timeout_ms;  // each run's deadline unless the run gives one
     std::optional<uint64_t> ttl_s;       // the session ends this long after it began

@@ -257,6 +257,16 @@ void Server::unwatch(int fd) {
 
 // --- connections ---
 
+// What a request's "rootfs" or its absence makes the sandbox's lower layer; a group member
+// may not choose one (the daemon would read it with its own rights).
+Result<std::string> Server::sandbox_rootfs(const std::string& requested, uid_t peer) const {
+    if (requested.empty()) return opt_.rootfs;
+    if (peer != euid_) return fail(EPERM, "rootfs: only the daemon's own user may choose a sandbox's root");
+    auto root = resolve_sandbox_rootfs(requested);
+    if (!root) return std::unexpected(root.error().wrap("rootfs"));
+    return root;
+}
+
 std::optional<std::string> Server::binds_refused(const std::vector<BindRequest>& mounts, uid_t peer) const {
     if (mounts.empty() || peer == euid_) return std::nullopt;
     return "mounts: only the daemon's own user may bind host paths into a sandbox (the daemon would reach them "
@@ -453,6 +463,14 @@ void Server::serve_first_message(Connection conn, uid_t peer) {
         reply_final(std::move(conn), format_error(ErrorKind::InvalidRequest, *refused));
         return;
     }
+    if (request->session.empty()) {
+        auto root = sandbox_rootfs(request->rootfs, peer);
+        if (!root) {
+            reply_final(std::move(conn), format_error(ErrorKind::InvalidRequest, root.error().what()));
+            return;
+        }
+        request->rootfs = *root;
+    }
     if (!request->session.empty()) {
         Session* s = find_session(request->session, peer, conn);
         if (!s) return;
@@ -503,6 +521,7 @@ std::string Server::info_json() {
     w.key("service_pid").value(static_cast<int64_t>(::getpid()));
     w.key("mode").value(mapped_range_ ? "root" : "rootless");
     w.key("idmapped_lower").value(mapped_range_ && idmapped_lower_);
+    w.key("rootfs").value(opt_.rootfs.empty() ? std::string("/") : opt_.rootfs);  // the default lower layer
     // How a session is paused (and held still for a fork): its cgroup's freezer, or SIGSTOP.
     w.key("freezer").value(has_freezer() ? "cgroup" : "signal");
     // Abstract Unix sockets and signals confined to the sandbox (Landlock, kernel 6.12).
@@ -955,6 +974,7 @@ Run& Server::start_run(Connection conn, RunRequest request, uid_t peer) {
     r->kind.network = request.network;
     r->kind.mounts = request.mounts;
     r->kind.unmapped_lower = peer != euid_;
+    r->kind.rootfs = request.rootfs;
     // A warm Python for a run of its own; in a session, python3 -c runs like any command.
     r->kind.python = request.python.has_value() && request.session.empty();
     r->kind.preload = request.preload;
@@ -1645,6 +1665,27 @@ int Server::run() {
 int serve_sandboxes(int handoff, int listener, const ServerOptions& options) {
     Server s(handoff, listener, options);
     return s.run();
+}
+
+Result<std::string> resolve_sandbox_rootfs(const std::string& path) {
+    std::string dir = path;
+    // A bundle: its config.json names the root, relative to the bundle or absolute.
+    if (auto config = read_file(path + "/config.json")) {
+        auto doc = json::Document::parse(*config);
+        if (!doc) return fail(EINVAL, path + "/config.json: " + doc.error().what());
+        auto root = doc->root().get("root");
+        auto root_path = root ? root->get("path") : std::nullopt;
+        auto text = root_path ? root_path->as_string() : Result<std::string>(std::unexpected(Error(EINVAL, "")));
+        if (!text || text->empty()) return fail(EINVAL, path + "/config.json has no root.path");
+        dir = (*text)[0] == '/' ? *text : path + "/" + *text;
+    }
+    char resolved[PATH_MAX];
+    if (!::realpath(dir.c_str(), resolved)) return sys_error(dir);
+    struct stat st;
+    if (::stat(resolved, &st) < 0) return sys_error(resolved);
+    if (!S_ISDIR(st.st_mode)) return fail(ENOTDIR, std::string(resolved) + " is not a directory");
+    std::string out = resolved;
+    return out == "/" ? std::string() : out;
 }
 
 }  // namespace forkbox::sandbox

@@ -27,6 +27,7 @@ struct ServerOptions {
     std::vector<gid_t> allowed_groups;  // peers in these groups are served too
     uint32_t uid_base = 1000000000;     // a root daemon maps sandboxes' 0..65535 here
     uint64_t upper_size_mb = 512;       // the overlay's tmpfs, and /tmp's
+    std::string rootfs;  // sandboxes' lower layer unless a request names one ("": the host's /)
     // A user's daemon on a cgroup v2 host (enter_delegated_v2_cgroup): its delegated cgroup,
     // relative to the hierarchy's root, or why it has none.
     std::string delegated_cgroup;
@@ -39,6 +40,11 @@ struct ServerOptions {
 // (`forkbox-sandbox`). Fills options.delegated_cgroup, or options.no_delegated_cgroup.
 // Nothing for a root daemon, or on a v1 or hybrid host.
 void enter_delegated_v2_cgroup(ServerOptions& options);
+
+// The directory a sandbox's lower layer is made of, from what `--rootfs` or a request's
+// "rootfs" names: a directory, or an OCI bundle (its config.json's root.path); resolved
+// (realpath), "" for the host's root itself.
+Result<std::string> resolve_sandbox_rootfs(const std::string& path);
 
 // Accepts on `listener` (the daemon's socket, non-blocking): sandbox requests are served
 // here, zygote requests handed to the daemon over `handoff` ("z" + the fd), which can hand

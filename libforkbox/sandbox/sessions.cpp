@@ -68,6 +68,8 @@ void Server::serve_session_verb(Connection conn, const FirstMessage& first, uid_
         auto request = parse_create_request(first.body, opt_.defaults);
         if (!request) return invalid(request.error());
         if (auto refused = binds_refused(request->mounts, peer)) return invalid(Error(EPERM, *refused));
+        auto root = sandbox_rootfs(request->rootfs, peer);
+        if (!root) return invalid(root.error());
         if (live_sandboxes() >= static_cast<size_t>(opt_.max_live)) {
             reply_final(std::move(conn), format_error(ErrorKind::Busy, std::to_string(live_sandboxes()) +
                                                                            " sandboxes are live: retry later"));
@@ -76,6 +78,7 @@ void Server::serve_session_verb(Connection conn, const FirstMessage& first, uid_
         RunRequest placeholder;
         placeholder.network = request->network;
         placeholder.mounts = request->mounts;
+        placeholder.rootfs = *root;
         Run& r = start_run(std::move(conn), std::move(placeholder), peer);
         r.purpose = Run::Purpose::MakeSession;
         r.make = std::move(*request);

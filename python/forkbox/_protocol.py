@@ -54,6 +54,8 @@ MountSpec = Union[
     Mapping[str, Any],
 ]
 StdinData = Union[bytes, bytearray, memoryview, str]
+# A host path: a sandbox's rootfs (a directory, or an OCI bundle).
+PathArg = Union[str, "os.PathLike[str]"]
 OutputCallback = Callable[[bytes], None]
 
 
@@ -121,6 +123,7 @@ def _sandbox_keys(
     network: Optional[bool],
     mounts: Optional[Sequence[MountSpec]],
     caps: Optional[Sequence[str]],
+    rootfs: Optional[PathArg] = None,
 ) -> None:
     """The keys that make a sandbox (a run's, or a session's at create)."""
     if memory_mb is not None:
@@ -146,6 +149,14 @@ def _sandbox_keys(
             if not isinstance(c, str) or not c:
                 raise InvalidRequest(f"caps must be a list of str; {c!r} is not")
         req["caps"] = list(caps)
+    if rootfs is not None:
+        if isinstance(rootfs, bytes) or not isinstance(rootfs, (str, os.PathLike)):
+            raise InvalidRequest(f"rootfs must be a path (str or os.PathLike), not {rootfs!r}")
+        path = os.fspath(rootfs)
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise InvalidRequest(f"rootfs must be a non-empty path without NUL bytes, not {rootfs!r}")
+        # The daemon resolves it from its own directory: absolute here.
+        req["rootfs"] = os.path.abspath(path)
 
 
 def _stdin_bytes(stdin: StdinData) -> bytes:
@@ -216,6 +227,7 @@ def build_run_request(
     mounts: Optional[Sequence[MountSpec]] = None,
     max_output: Optional[int] = None,
     caps: Optional[Sequence[str]] = None,
+    rootfs: Optional[PathArg] = None,
 ) -> Tuple[Dict[str, Any], Optional[bytes]]:
     """Check the arguments of a run and build its request object.
 
@@ -231,7 +243,7 @@ def build_run_request(
     if stdin is not None:
         data = _stdin_bytes(stdin)
         req["stdin"] = True
-    _sandbox_keys(req, memory_mb, pids, cpus, network, mounts, caps)
+    _sandbox_keys(req, memory_mb, pids, cpus, network, mounts, caps, rootfs)
     return req, data
 
 
@@ -252,6 +264,7 @@ def build_python_request(
     network: Optional[bool] = False,
     mounts: Optional[Sequence[MountSpec]] = None,
     max_output: Optional[int] = None,
+    rootfs: Optional[PathArg] = None,
 ) -> Tuple[Dict[str, Any], Optional[bytes]]:
     """Check the arguments of a warm Python run (``"python"``: the code, ``"preload"``: the
     modules its interpreter imports first) and build its request object and stdin bytes.
@@ -261,7 +274,7 @@ def build_python_request(
     """
     req, data = build_run_request(
         argv=["python3"], timeout_ms=timeout_ms, stdin=stdin, env=env, cwd=cwd, memory_mb=memory_mb,
-        pids=pids, cpus=cpus, network=network, mounts=mounts, max_output=max_output,
+        pids=pids, cpus=cpus, network=network, mounts=mounts, max_output=max_output, rootfs=rootfs,
     )
     python_keys(req, code, preload)
     return req, data
@@ -334,6 +347,7 @@ def build_create_request(
     timeout_ms: Optional[int] = None,
     ttl_s: Optional[int] = None,
     idle_s: Optional[int] = None,
+    rootfs: Optional[PathArg] = None,
 ) -> Dict[str, Any]:
     """Check the arguments of a session's ``create`` and build its request object.
 
@@ -341,7 +355,7 @@ def build_create_request(
         InvalidRequest: the arguments are wrong (before anything is sent).
     """
     req: Dict[str, Any] = {}
-    _sandbox_keys(req, memory_mb, pids, cpus, network, mounts, caps)
+    _sandbox_keys(req, memory_mb, pids, cpus, network, mounts, caps, rootfs)
     if timeout_ms is not None:
         req["timeout_ms"] = _positive_int("timeout_ms", timeout_ms)
     if ttl_s is not None:

@@ -29,6 +29,7 @@ from . import _daemon
 from ._protocol import (
     Exchange,
     MountSpec,
+    PathArg,
     StdinData,
     build_create_request,
     build_python_request,
@@ -351,6 +352,7 @@ class Forkbox(_ClientBase):
         mounts: Optional[Sequence[MountSpec]] = None,
         max_output: Optional[int] = None,
         caps: Optional[Sequence[str]] = None,
+        rootfs: Optional[PathArg] = None,
     ) -> RunResult:
         """Run one command in a fresh sandbox and return what it did.
 
@@ -375,6 +377,11 @@ class Forkbox(_ClientBase):
             max_output: bytes kept per stream (default 1 MiB); beyond it the middle is dropped.
             caps: capabilities inside the sandbox's user namespace; default Docker's set,
                 ``[]`` none.
+            rootfs: the sandbox's read-only root instead of the daemon's (by default the
+                host's ``/``): a directory or an OCI bundle (its ``root.path``), such as an
+                image unpacked for the agent; a relative path is made absolute here. Only
+                the daemon's own user may choose one. Each root is a kind of sandbox the
+                daemon keeps ready once asked for.
 
         Arguments left ``None`` are not sent, so the daemon's defaults apply.
 
@@ -391,7 +398,7 @@ class Forkbox(_ClientBase):
         """
         request, data = build_run_request(
             cmd, argv=argv, timeout_ms=timeout_ms, stdin=stdin, env=env, cwd=cwd, memory_mb=memory_mb,
-            pids=pids, cpus=cpus, network=network, mounts=mounts, max_output=max_output, caps=caps,
+            pids=pids, cpus=cpus, network=network, mounts=mounts, max_output=max_output, caps=caps, rootfs=rootfs,
         )
         result: RunResult = self._exchange("run", encode_run(request), data, self._run_budget(request))
         return result
@@ -412,6 +419,7 @@ class Forkbox(_ClientBase):
         network: bool = False,
         mounts: Optional[Sequence[MountSpec]] = None,
         max_output: Optional[int] = None,
+        rootfs: Optional[PathArg] = None,
     ) -> RunResult:
         """Run Python code in a fresh sandbox, without the interpreter's start-up.
 
@@ -426,15 +434,15 @@ class Forkbox(_ClientBase):
             preload: modules the interpreter imports before the call (``["numpy"]``); each
                 list is a kind of sandbox the daemon keeps ready once asked for. A module
                 that fails to import makes the call fail (:class:`SandboxError`, naming it).
-            timeout_ms, stdin, env, cwd, memory_mb, pids, cpus, network, mounts, max_output:
-                as :meth:`run`.
+            timeout_ms, stdin, env, cwd, memory_mb, pids, cpus, network, mounts, max_output,
+                rootfs: as :meth:`run` (the root must have ``python3``).
 
         Returns:
             The :class:`RunResult` (``cpu_ms`` leaves out the interpreter's start-up).
         """
         request, data = build_python_request(
             code, preload=preload, timeout_ms=timeout_ms, stdin=stdin, env=env, cwd=cwd, memory_mb=memory_mb,
-            pids=pids, cpus=cpus, network=network, mounts=mounts, max_output=max_output,
+            pids=pids, cpus=cpus, network=network, mounts=mounts, max_output=max_output, rootfs=rootfs,
         )
         result: RunResult = self._exchange("run", encode_run(request), data, self._run_budget(request))
         return result
@@ -462,6 +470,7 @@ class Forkbox(_ClientBase):
         timeout_ms: Optional[int] = None,
         ttl_s: Optional[int] = None,
         idle_s: Optional[int] = None,
+        rootfs: Optional[PathArg] = None,
     ) -> Sandbox:
         """Make a session: one sandbox kept for many runs and file verbs (a
         :class:`forkbox.Sandbox`). Callable on the class or on an instance, as :meth:`run`.
@@ -472,8 +481,8 @@ class Forkbox(_ClientBase):
         '42\\n'
 
         Args:
-            memory_mb, pids, cpus, network, mounts, caps: the sandbox's, as for
-                :meth:`run`; for the session's whole life.
+            memory_mb, pids, cpus, network, mounts, caps, rootfs: the sandbox's, as for
+                :meth:`run`; for the session's whole life (and its forks').
             timeout_ms: the deadline of each run in it that gives none.
             ttl_s: end the session this many seconds after it began (default: never).
             idle_s: end it this many seconds after its last run or file verb ended
@@ -484,7 +493,7 @@ class Forkbox(_ClientBase):
                 (a session counts as one sandbox against the daemon's ``--max-sandboxes``).
         """
         request = build_create_request(memory_mb=memory_mb, pids=pids, cpus=cpus, network=network, mounts=mounts,
-                                       caps=caps, timeout_ms=timeout_ms, ttl_s=ttl_s, idle_s=idle_s)
+                                       caps=caps, timeout_ms=timeout_ms, ttl_s=ttl_s, idle_s=idle_s, rootfs=rootfs)
         reply = self._exchange("object", encode_request("create", request), None, self._verb_budget())
         return Sandbox(self, _session_of(reply), limits=_limits_of(reply), timeout_ms=timeout_ms)
 
@@ -613,12 +622,13 @@ class AsyncForkbox(_ClientBase):
         mounts: Optional[Sequence[MountSpec]] = None,
         max_output: Optional[int] = None,
         caps: Optional[Sequence[str]] = None,
+        rootfs: Optional[PathArg] = None,
     ) -> RunResult:
         """Run one command in a fresh sandbox: the coroutine of :meth:`Forkbox.run` (same
         arguments, result and exceptions). Callable on the class or on an instance."""
         request, data = build_run_request(
             cmd, argv=argv, timeout_ms=timeout_ms, stdin=stdin, env=env, cwd=cwd, memory_mb=memory_mb,
-            pids=pids, cpus=cpus, network=network, mounts=mounts, max_output=max_output, caps=caps,
+            pids=pids, cpus=cpus, network=network, mounts=mounts, max_output=max_output, caps=caps, rootfs=rootfs,
         )
         result: RunResult = await self._exchange("run", encode_run(request), data, self._run_budget(request))
         return result
@@ -639,12 +649,13 @@ class AsyncForkbox(_ClientBase):
         network: bool = False,
         mounts: Optional[Sequence[MountSpec]] = None,
         max_output: Optional[int] = None,
+        rootfs: Optional[PathArg] = None,
     ) -> RunResult:
         """Run Python code in a fresh sandbox by a warm interpreter: the coroutine of
         :meth:`Forkbox.run_python`. Callable on the class or on an instance."""
         request, data = build_python_request(
             code, preload=preload, timeout_ms=timeout_ms, stdin=stdin, env=env, cwd=cwd, memory_mb=memory_mb,
-            pids=pids, cpus=cpus, network=network, mounts=mounts, max_output=max_output,
+            pids=pids, cpus=cpus, network=network, mounts=mounts, max_output=max_output, rootfs=rootfs,
         )
         result: RunResult = await self._exchange("run", encode_run(request), data, self._run_budget(request))
         return result
@@ -668,6 +679,7 @@ class AsyncForkbox(_ClientBase):
         timeout_ms: Optional[int] = None,
         ttl_s: Optional[int] = None,
         idle_s: Optional[int] = None,
+        rootfs: Optional[PathArg] = None,
     ) -> "_Creating":
         """Make a session, as :meth:`Forkbox.create`, giving an :class:`forkbox.AsyncSandbox`.
 
@@ -676,7 +688,7 @@ class AsyncForkbox(_ClientBase):
         block). The arguments are checked when this is called.
         """
         request = build_create_request(memory_mb=memory_mb, pids=pids, cpus=cpus, network=network, mounts=mounts,
-                                       caps=caps, timeout_ms=timeout_ms, ttl_s=ttl_s, idle_s=idle_s)
+                                       caps=caps, timeout_ms=timeout_ms, ttl_s=ttl_s, idle_s=idle_s, rootfs=rootfs)
         return _Creating(self._create(request, timeout_ms))
 
     async def _create(self, request: Dict[str, Any], timeout_ms: Optional[int]) -> AsyncSandbox:

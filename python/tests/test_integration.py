@@ -155,6 +155,25 @@ def test_mount_rw(fb, tmp_path):
     assert (tmp_path / "g").read_text() == "from sandbox\n"
 
 
+def test_rootfs_replaces_the_hosts_root(fb, daemon, tmp_path):
+    """rootfs=: an image's tree, not the host's, is the read-only root; the SDK's sync and
+    async calls and sessions pass it."""
+    root = tmp_path / "img"
+    (root / "bin").mkdir(parents=True)
+    (root / "etc").mkdir()
+    shutil.copy(shutil.which("busybox") or "/bin/busybox", root / "bin" / "busybox")
+    for tool in ("sh", "cat", "test", "echo"):
+        (root / "bin" / tool).symlink_to("busybox")
+    (root / "etc" / "marker").write_text("from the image\n")
+    os.chmod(tmp_path, 0o755)
+    r = fb.run("cat /etc/marker; test -e /usr/bin/python3 || echo no-host", rootfs=root)
+    assert r.ok and r.stdout == "from the image\nno-host\n", r
+    r = asyncio.run(AsyncForkbox(socket=daemon.sock).run("cat /etc/marker", rootfs=str(root)))
+    assert r.stdout == "from the image\n", r
+    with fb.create(rootfs=root) as sb:
+        assert sb.run("cat /etc/marker").stdout == "from the image\n"
+
+
 # Containment ------------------------------------------------------------------------------
 
 

@@ -66,6 +66,16 @@ def test_relative_mount_source_is_made_absolute(tmp_path, monkeypatch):
     assert m[1]["source"] == os.path.join(str(tmp_path), "p2")
 
 
+def test_rootfs_is_sent_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert req("true", rootfs="img")["rootfs"] == os.path.join(str(tmp_path), "img")
+    assert req("true", rootfs=pathlib.Path("/srv/img"))["rootfs"] == "/srv/img"
+    assert "rootfs" not in req("true")
+    for bad in (b"/x", "", 3, "a\0b"):
+        with pytest.raises(InvalidRequest):
+            req("true", rootfs=bad)
+
+
 def test_mount_as_dict():
     m = req("true", mounts=[{"source": "/a", "destination": "/b"}])["mounts"]
     assert m == [{"source": "/a", "destination": "/b", "mode": "ro"}]
