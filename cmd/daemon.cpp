@@ -57,7 +57,7 @@ int cmd_daemon(const Globals& g, const std::vector<std::string>& args) {
             "unix socket to serve (FORKBOX_SOCKET overrides the default)")(
         "pool", po::value(&o.pool_size)->default_value(4), "warm templates kept per kind of container")(
         "evict-after", po::value(&o.evict_after_seconds)->default_value(600),
-        "seconds after which a kind of container nobody asks for loses its pool")(
+        "seconds after which a kind of container, or of sandbox, nobody asks for loses its pool")(
         "refill-delay", po::value(&o.refill_delay_ms)->default_value(10),
         "milliseconds without a request before pools are refilled (at once when a pool is below a quarter)")(
         "rootfs-after", po::value(&o.rootfs_after)->default_value(2),
@@ -106,6 +106,7 @@ int cmd_daemon(const Globals& g, const std::vector<std::string>& args) {
         }
     }
     if (max_timeout_ms) o.sandbox.defaults.max_timeout_ms = max_timeout_ms;
+    o.sandbox.evict_after_s = o.evict_after_seconds;
     if (!rootfs.empty()) {
         auto resolved = sandbox::resolve_sandbox_rootfs(absolute_from_cwd(rootfs));
         if (!resolved) return report(resolved.error().wrap("--rootfs"));

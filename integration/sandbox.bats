@@ -452,6 +452,20 @@ state"
 	assert_output "from the image"
 	run "$SB_FB" sandbox --socket "$sock" --info
 	assert_equal "$(jq -r .rootfs <<<"$output")" "$TDIR/img"
+	# Each root asked for is a kind kept ready, until --evict-after passes without a request.
+	local evicting=$TDIR/evict.sock
+	start_daemon_as_root "$evicting" --evict-after 1
+	run --separate-stderr sb_on "$evicting" --rootfs "$TDIR/img" -- cat /etc/marker
+	assert_output "from the image"
+	run "$SB_FB" sandbox --socket "$evicting" --info
+	assert_equal "$(jq -r .pool.kinds <<<"$output")" 2
+	local i kinds=
+	for ((i = 0; i < 50; i++)); do
+		kinds=$("$SB_FB" sandbox --socket "$evicting" --info | jq -r .pool.kinds)
+		[[ $kinds == 1 ]] && break
+		sleep 0.1
+	done
+	[[ $kinds == 1 ]] || fail "the image's pool is still kept: $kinds kinds"
 	run --separate-stderr "$SB_FB" daemon --socket "$TDIR/bad.sock" --rootfs "$TDIR/nothing"
 	assert_failure
 	assert_stderr_contains "--rootfs"

@@ -233,7 +233,7 @@ Result<void> Server::setup() {
     ::fcntl(builder_.get(), F_SETFL, O_NONBLOCK);
     watch(builder_.get(), EPOLLIN, Watch::Builder, 0);
     ::fcntl(handoff_, F_SETFL, O_NONBLOCK);
-    pools_[SandboxKind{}];  // the default kind is always kept ready
+    pools_[default_kind()];  // the default kind is always kept ready
     return {};
 }
 
@@ -547,7 +547,8 @@ std::string Server::info_json() {
     w.key("build_ms_mean").value(built_ ? build_ms_total_ / static_cast<double>(built_) : 0.0);
     w.key("build_cpu_ms_mean").value(built_ ? build_cpu_ms_total_ / static_cast<double>(built_) : 0.0);
     w.key("pool").begin_object().key("ready").value(static_cast<uint64_t>(ready)).key("building").value(building);
-    w.key("held").value(static_cast<uint64_t>(held)).end_object();
+    w.key("held").value(static_cast<uint64_t>(held));
+    w.key("kinds").value(static_cast<uint64_t>(pools_.size())).end_object();  // pools kept, the default's too
     w.key("open_fds").value(static_cast<uint64_t>(fds));
     w.end_object();
     return w.take();
@@ -863,7 +864,8 @@ void Server::build_failed(uint64_t embryo_id, const std::string& why) {
             held.retry_at = Clock::now() + kHeldRetry;
         }
         log::warn("sandbox: could not make a sandbox: " + why);
-        pools_[e.kind].last_error = why;
+        // Not a pool of its own for a kind never pooled (binds): refill would keep trying it.
+        if (auto pool = pools_.find(e.kind); pool != pools_.end()) pool->second.last_error = why;
     } else if (e.state == Embryo::State::Held) {
         ++failed_builds_;
         HeldPool& held = held_[e.kind];
@@ -935,6 +937,38 @@ bool Server::refill_held_one() {
     return false;
 }
 
+SandboxKind Server::default_kind() const {
+    SandboxKind k;
+    k.rootfs = opt_.rootfs;
+    return k;
+}
+
+// Pools of kinds not asked for in --evict-after: their ready embryos are killed and the pool
+// forgotten (one still building stays until its embryo is ready). Not the default kind's:
+// every preload list and rootfs asked for would otherwise keep sandboxes forever.
+int Server::retire_unasked_pools() {
+    auto now = Clock::now();
+    const auto linger = std::chrono::seconds(opt_.evict_after_s);
+    int next = -1;
+    for (auto it = pools_.begin(); it != pools_.end();) {
+        Pool& pool = it->second;
+        if (it->first == default_kind() || pool.building > 0 || now < pool.asked + linger) {
+            if (!(it->first == default_kind())) {
+                int ms = static_cast<int>(ms_between(now, pool.asked + linger)) + 1;
+                next = next < 0 ? ms : std::min(next, std::max(ms, 1));
+            }
+            ++it;
+            continue;
+        }
+        for (uint64_t id : pool.ready) {
+            auto e = embryos_.find(id);
+            if (e != embryos_.end() && !e->second->reaped) e->second->retire();
+        }
+        it = pools_.erase(it);
+    }
+    return next;
+}
+
 // Held embryos of kinds no session has had for kHeldLinger are killed.
 int Server::retire_unneeded_held() {
     if (held_.empty()) return -1;
@@ -994,6 +1028,7 @@ void Server::place(Run& r) {
     // A kind asked for is kept ready from now on, but binds make a kind of one request.
     if (r.kind.mounts.empty()) {
         Pool& pool = pools_[r.kind];
+        pool.asked = Clock::now();
         if (!pool.ready.empty()) {
             uint64_t eid = pool.ready.front();
             pool.ready.pop_front();
@@ -1639,6 +1674,7 @@ int Server::run() {
         int next_expiry = expire_sessions();
         int idle_wait = next_expiry >= 0 ? std::min(next_expiry, 10000) : 10000;
         if (int held_look = retire_unneeded_held(); held_look >= 0) idle_wait = std::min(idle_wait, held_look);
+        if (int pool_look = retire_unasked_pools(); pool_look >= 0) idle_wait = std::min(idle_wait, pool_look);
         if (now < quiet_until)
             idle_wait = std::min(idle_wait, static_cast<int>(ms_between(now, quiet_until)) + 1);
         if (poll_awake() == 0) {  // a deadline is near, or its kill not seen done: awake, no builds

@@ -22,6 +22,7 @@ struct ServerOptions {
     std::string stage_dir;   // an empty directory the daemon owns (embryos mount on it privately)
     std::string socket_path;  // hidden from sandboxes, with its directory
     int pool_size = 2;       // embryos kept ready per kind asked for
+    int evict_after_s = 600;  // a kind nobody asked for this long loses its pool (not the default)
     int max_live = 128;      // sandboxes at once (running or being made for a request)
     Defaults defaults;
     std::vector<gid_t> allowed_groups;  // peers in these groups are served too

@@ -151,6 +151,7 @@ struct Pool {
     int failures = 0;  // builds failed in a row
     std::string last_error;
     Clock::time_point retry_at{};
+    Clock::time_point asked = Clock::now();  // the last request of its kind
 };
 
 // Held embryos of one kind, for forks of its sessions: a fork's child then skips the
@@ -251,6 +252,9 @@ private:
     bool refill_held_one();
     bool held_wants_refill(Clock::time_point now) const;
     int retire_unneeded_held();  // ms until the next look, -1: none
+    int retire_unasked_pools();  // the same
+    // What a request that names no rootfs gets: the daemon's --rootfs, nothing else.
+    SandboxKind default_kind() const;
     Clock::time_point builds_wait_until() const;
 
     void place(Run& r);
