@@ -7,12 +7,12 @@ that came with it and the pid the pidfd names ("standard 1234"), then, once RESU
 exists (at most 30 s), sends SIGNAL (a number) through the pidfd. Exits 1 when no fd
 arrives.
 """
-import array
 import os
 import signal
-import socket
 import sys
 import time
+
+from fd_receiver import receive_fds
 
 
 def pid_of(pidfd):
@@ -25,18 +25,7 @@ def pid_of(pidfd):
 
 def main():
     path, result, sig = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(path)
-    srv.listen(1)
-    with open(path + ".ready", "w") as ready:
-        ready.write("ready\n")
-    conn, _ = srv.accept()
-    fds = array.array("i")
-    msg, ancdata, _, _ = conn.recvmsg(4096, socket.CMSG_SPACE(16 * fds.itemsize))
-    for level, kind, data in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-    conn.close()
+    msg, fds = receive_fds(path)
     with open(result, "w") as out:
         if not fds:
             out.write("no fd received\n")

@@ -6,26 +6,15 @@ connection, takes the pty master fd the runtime sends with SCM_RIGHTS, and write
 RESULT: "isatty=True|False", then everything read from the master until the container
 closes its side (EIO). Exits 1 when no fd arrives.
 """
-import array
 import os
-import socket
 import sys
+
+from fd_receiver import receive_fds
 
 
 def main():
     path, result = sys.argv[1], sys.argv[2]
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(path)
-    srv.listen(1)
-    with open(path + ".ready", "w") as ready:
-        ready.write("ready\n")
-    conn, _ = srv.accept()
-    fds = array.array("i")
-    _, ancdata, _, _ = conn.recvmsg(4096, socket.CMSG_SPACE(16 * fds.itemsize))
-    for level, kind, data in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-    conn.close()
+    _, fds = receive_fds(path)
     with open(result, "w") as out:
         if not fds:
             out.write("no fd received\n")

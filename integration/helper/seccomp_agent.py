@@ -7,12 +7,12 @@ connection, reads runc's ContainerProcessState JSON with the listener fd attache
 with success (return value 0, the syscall itself not run) and appends "nr=N" for each,
 until the listener reports that the filter's processes are gone.
 """
-import array
 import fcntl
 import os
-import socket
 import struct
 import sys
+
+from fd_receiver import receive_fds
 
 NOTIF = struct.Struct("<QIIiIQ6Q")  # struct seccomp_notif (80 bytes)
 RESP = struct.Struct("<QqiI")  # struct seccomp_notif_resp (24 bytes)
@@ -22,18 +22,7 @@ IOCTL_SEND = 0xC0182101  # SECCOMP_IOCTL_NOTIF_SEND = _IOWR('!', 1, struct secco
 
 def main():
     path, result = sys.argv[1], sys.argv[2]
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(path)
-    srv.listen(4)
-    with open(path + ".ready", "w") as ready:
-        ready.write("ready\n")
-    conn, _ = srv.accept()
-    fds = array.array("i")
-    data, ancdata, _, _ = conn.recvmsg(65536, socket.CMSG_SPACE(4 * fds.itemsize))
-    for level, kind, cdata in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(cdata[: len(cdata) - len(cdata) % fds.itemsize])
-    conn.close()
+    data, fds = receive_fds(path)
     out = open(result, "w")
     out.write(data.decode() + "\n")
     out.flush()
