@@ -493,11 +493,14 @@ Result<void> remove_cgroups(const std::vector<std::string>& created) {
                 result = sys_error("remove cgroup " + d);
             continue;
         }
-        // The container's own: what was made below it goes first.
-        auto subs = remove_sub_cgroups(d);
-        if (!subs) {
-            if (result) result = std::unexpected(subs.error());
-            continue;
+        // The container's own. Busy: tasks still being released, or cgroups made below it,
+        // which go first (looked for only then: a delete's usual rmdir stays one syscall).
+        if (::rmdir(d.c_str()) == 0 || errno == ENOENT) continue;
+        if (errno == EBUSY) {
+            if (auto subs = remove_sub_cgroups(d); !subs) {
+                if (result) result = std::unexpected(subs.error());
+                continue;
+            }
         }
         if (int e = remove_cgroup_dir(AT_FDCWD, d.c_str()); e && result) result = fail(e, "remove cgroup " + d);
     }
