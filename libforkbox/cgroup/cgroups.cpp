@@ -496,13 +496,11 @@ Result<void> remove_cgroups(const std::vector<std::string>& created) {
         // The container's own. Busy: tasks still being released, or cgroups made below it,
         // which go first (looked for only then: a delete's usual rmdir stays one syscall).
         if (::rmdir(d.c_str()) == 0 || errno == ENOENT) continue;
-        if (errno == EBUSY) {
-            if (auto subs = remove_sub_cgroups(d); !subs) {
-                if (result) result = std::unexpected(subs.error());
-                continue;
-            }
-        }
-        if (int e = remove_cgroup_dir(AT_FDCWD, d.c_str()); e && result) result = fail(e, "remove cgroup " + d);
+        // Best effort (out of fds, say): the rmdir below still waits out a release.
+        Result<void> subs;
+        if (errno == EBUSY) subs = remove_sub_cgroups(d);
+        if (int e = remove_cgroup_dir(AT_FDCWD, d.c_str()); e && result)
+            result = subs ? fail(e, "remove cgroup " + d) : std::unexpected(subs.error());
     }
     return result;
 }
