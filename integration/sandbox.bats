@@ -756,6 +756,11 @@ except OSError as e:
 	assert_line --index 0 "rc=1"
 	assert_line --index 1 --regexp "^rc=[12]$"
 	assert_stderr_contains "Permission denied"
+	# Its own /tmp and /root are writable, as a rootless daemon's sandbox's.
+	run --separate-stderr as_user timeout 30 "$SB_FB" sandbox --socket "$sock" -- sh -c 'echo t >/tmp/x && echo r >/root/y && cat /tmp/x /root/y'
+	assert_success
+	assert_output "t
+r"
 	run --separate-stderr as_user timeout 30 "$SB_FB" sandbox --socket "$sock" -v "$TDIR/private:/mnt" -- cat /mnt/s
 	assert_failure
 	refute_output --partial secret
