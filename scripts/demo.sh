@@ -47,6 +47,7 @@ echo "== echo payload >> /etc/hosts inside (the write lands in the sandbox's RAM
 before=$(sha256sum /etc/hosts)
 sandbox -- sh -c 'echo payload >> /etc/hosts && tail -1 /etc/hosts'
 [[ $(sha256sum /etc/hosts) == "$before" ]] && echo "== the host's /etc/hosts is unchanged"
+echo "== forkbox sandbox --rootfs bundle/ (an image instead of the host's /): $(sandbox --rootfs "$work/bundle" -- sh -c 'echo "$(ls /bin | wc -l) busybox applets in /bin,"; test -e /usr/bin/python3 || echo "no python3 of the host"' | tr '\n' ' ')"
 echo "== mount(2) inside: $(sandbox -- python3 -c 'import ctypes,os; l=ctypes.CDLL(None,use_errno=True); l.syscall(165,0,0,0,0,0); print(os.strerror(ctypes.get_errno()))')"
 echo "== a busy loop with --timeout-ms 300"
 start=$(date +%s%N)
