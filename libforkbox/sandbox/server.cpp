@@ -1705,8 +1705,13 @@ int serve_sandboxes(int handoff, int listener, const ServerOptions& options) {
 
 Result<std::string> resolve_sandbox_rootfs(const std::string& path) {
     std::string dir = path;
-    // A bundle: its config.json names the root, relative to the bundle or absolute.
-    if (auto config = read_file(path + "/config.json")) {
+    // A bundle: its config.json names the root, relative to the bundle or absolute. Read in
+    // the service's loop: a config.json of any size is not.
+    struct stat config_st;
+    std::string config_path = path + "/config.json";
+    if (::stat(config_path.c_str(), &config_st) == 0 && config_st.st_size > (16 << 20))
+        return fail(EFBIG, config_path + " is larger than 16 MiB");
+    if (auto config = read_file(config_path)) {
         auto doc = json::Document::parse(*config);
         if (!doc) return fail(EINVAL, path + "/config.json: " + doc.error().what());
         auto root = doc->root().get("root");
