@@ -949,13 +949,16 @@ SandboxKind Server::default_kind() const {
 int Server::retire_unasked_pools() {
     auto now = Clock::now();
     const auto linger = std::chrono::seconds(opt_.evict_after_s);
+    const SandboxKind always = default_kind();
     int next = -1;
     for (auto it = pools_.begin(); it != pools_.end();) {
         Pool& pool = it->second;
-        if (it->first == default_kind() || pool.building > 0 || now < pool.asked + linger) {
-            if (!(it->first == default_kind())) {
+        bool asked_lately = now < pool.asked + linger;
+        if (it->first == always || pool.building > 0 || asked_lately) {
+            // One still building is looked at again when its embryo is ready (an event).
+            if (asked_lately && !(it->first == always)) {
                 int ms = static_cast<int>(ms_between(now, pool.asked + linger)) + 1;
-                next = next < 0 ? ms : std::min(next, std::max(ms, 1));
+                next = next < 0 ? ms : std::min(next, ms);
             }
             ++it;
             continue;
@@ -1713,12 +1716,13 @@ Result<std::string> resolve_sandbox_rootfs(const std::string& path) {
         return fail(EFBIG, config_path + " is larger than 16 MiB");
     if (auto config = read_file(config_path)) {
         auto doc = json::Document::parse(*config);
-        if (!doc) return fail(EINVAL, path + "/config.json: " + doc.error().what());
-        auto root = doc->root().get("root");
-        auto root_path = root ? root->get("path") : std::nullopt;
-        auto text = root_path ? root_path->as_string() : Result<std::string>(std::unexpected(Error(EINVAL, "")));
-        if (!text || text->empty()) return fail(EINVAL, path + "/config.json has no root.path");
-        dir = (*text)[0] == '/' ? *text : path + "/" + *text;
+        if (!doc) return fail(EINVAL, config_path + ": " + doc.error().what());
+        std::string root_path;
+        if (auto root = doc->root().get("root"))
+            if (auto p = root->get("path"))
+                if (auto text = p->as_string()) root_path = *text;
+        if (root_path.empty()) return fail(EINVAL, config_path + " has no root.path");
+        dir = root_path[0] == '/' ? root_path : path + "/" + root_path;
     }
     char resolved[PATH_MAX];
     if (!::realpath(dir.c_str(), resolved)) return sys_error(dir);
