@@ -122,6 +122,28 @@ load helpers
 	done
 }
 
+@test "delete --force of a container without a pid namespace kills what runs in its sub-cgroups too" {
+	local cg=/$CID-cg made
+	remove_namespace pid
+	update_config '.linux.cgroupsPath = $p' --arg p "$cg"
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	made=$(make_sub_cgroups "$cg" sub)
+	[ "$made" -gt 0 ] || fail "no cgroup directory for $cg"
+	runtime exec --detach --cgroup sub --pid-file "$BATS_TEST_TMPDIR/exec.pid" "$CID" /bin/fbhelper sleep 100 \
+		</dev/null >/dev/null 2>&1 3>&- 4>&-
+	local pid
+	pid=$(cat "$BATS_TEST_TMPDIR/exec.pid")
+	pid_alive "$pid"
+	run runtime delete --force "$CID"
+	assert_success
+	wait_for_pid_gone "$pid"
+	local d
+	for d in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
+		[ ! -d "$d$cg" ] || fail "$d$cg still exists after delete"
+	done
+}
+
 @test "delete removes a container's default cgroup and keeps the parent /forkbox for the next one" {
 	# No cgroupsPath: /forkbox/$CID in every hierarchy. The parent stays (as runc leaves the
 	# parents it makes): removing the last cpuset cgroup patches the kernel's text.
