@@ -123,17 +123,10 @@ load helpers
 }
 
 @test "delete --force of a container without a pid namespace kills what runs in its sub-cgroups too" {
-	local cg=/$CID-cg made
+	local cg=/$CID-cg
 	remove_namespace pid
-	update_config '.linux.cgroupsPath = $p' --arg p "$cg"
-	set_args /bin/fbhelper sleep 100
-	run_detached "$CID"
-	made=$(make_sub_cgroups "$cg" sub)
-	[ "$made" -gt 0 ] || fail "no cgroup directory for $cg"
-	runtime exec --detach --cgroup sub --pid-file "$BATS_TEST_TMPDIR/exec.pid" "$CID" /bin/fbhelper sleep 100 \
-		</dev/null >/dev/null 2>&1 3>&- 4>&-
-	local pid
-	pid=$(cat "$BATS_TEST_TMPDIR/exec.pid")
+	run_with_sub_cgroup_process "$cg"
+	local pid=$SUB_PID
 	pid_alive "$pid"
 	run runtime delete --force "$CID"
 	assert_success

@@ -301,6 +301,21 @@ make_sub_cgroups() {
 	echo "$n"
 }
 
+# run_with_sub_cgroup_process CGPATH: a running container of $CID (sleeping) in the cgroup
+# CGPATH, and an exec'd sleep in its sub-cgroup "sub" (made in every hierarchy); that
+# process's pid in $SUB_PID.
+run_with_sub_cgroup_process() {
+	local cg=$1 made
+	update_config '.linux.cgroupsPath = $p' --arg p "$cg"
+	set_args /bin/fbhelper sleep 100
+	run_detached "$CID"
+	made=$(make_sub_cgroups "$cg" sub)
+	[ "$made" -gt 0 ] || fail "no cgroup directory for $cg"
+	runtime exec --detach --cgroup sub --pid-file "$BATS_TEST_TMPDIR/exec.pid" "$CID" /bin/fbhelper sleep 100 \
+		</dev/null >/dev/null 2>&1 3>&- 4>&-
+	SUB_PID=$(cat "$BATS_TEST_TMPDIR/exec.pid")
+}
+
 # assert_stderr_contains TEXT: after `run --separate-stderr`, $stderr contains TEXT.
 assert_stderr_contains() {
 	if [[ $stderr != *"$1"* ]]; then

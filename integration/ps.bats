@@ -27,16 +27,8 @@ load helpers
 
 @test "ps lists the processes in sub-cgroups of the container's too, as runc" {
 	# A systemd in the container moves even itself out of the container's own cgroup.
-	local cg=/$CID-cg made
-	update_config '.linux.cgroupsPath = $p' --arg p "$cg"
-	set_args /bin/fbhelper sleep 100
-	run_detached "$CID"
-	made=$(make_sub_cgroups "$cg" sub)
-	[ "$made" -gt 0 ] || fail "no cgroup directory for $cg"
-	runtime exec --detach --cgroup sub --pid-file "$BATS_TEST_TMPDIR/exec.pid" "$CID" /bin/fbhelper sleep 100 \
-		</dev/null >/dev/null 2>&1 3>&- 4>&-
-	local pid
-	pid=$(cat "$BATS_TEST_TMPDIR/exec.pid")
+	run_with_sub_cgroup_process "/$CID-cg"
+	local pid=$SUB_PID
 	run runtime ps --format json "$CID"
 	assert_success
 	jq -e --argjson p "$pid" 'index($p) != null and length == 2' <<<"$output"

@@ -403,8 +403,8 @@ private:
 
     // prepare_state
     int preserve_fds_ = 0;
-    unique_fd console_fd_, console_peer_;
-    unique_fd pidfd_socket_;  // --pidfd-socket, connected before the clone  // the pty master's way out, and ours for a foreground run
+    unique_fd console_fd_, console_peer_;  // the pty master's way out, and ours for a foreground run
+    unique_fd pidfd_socket_;                // --pidfd-socket, connected before the clone
     std::optional<SeccompProgram> seccomp_;
     std::optional<ContainerDir> dir_;
     std::optional<ContainerDirGuard> dir_guard_;

@@ -38,9 +38,9 @@ bool process_alive(pid_t pid, uint64_t start_time);
 // A pidfd for pid, verified against start_time after opening (ESRCH if it is gone or reused).
 Result<unique_fd> open_pidfd(pid_t pid, uint64_t start_time);
 
-// runc's --pidfd-socket: sends a pidfd of `pid`, a child of ours not yet reaped, over that socket (SCM_RIGHTS) with
-// `kind` as the payload, as runc does: "standard" for a container's init, "setns" for a
-// process `exec` started.
+// runc's --pidfd-socket: sends a pidfd of `pid`, a child of ours not yet reaped, over
+// `socket` (SCM_RIGHTS) with `kind` as the payload, as runc does: "standard" for a
+// container's init, "setns" for a process `exec` started.
 Result<void> send_pidfd(int socket, pid_t pid, std::string_view kind);
 
 // Waits until the process behind a pidfd exits, up to timeout_ms (-1: forever).

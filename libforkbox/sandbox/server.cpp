@@ -937,6 +937,15 @@ bool Server::refill_held_one() {
     return false;
 }
 
+// Kills the embryos a pool kept ready (still alive), and forgets them.
+void Server::retire_ready(std::deque<uint64_t>& ready) {
+    for (uint64_t id : ready) {
+        auto e = embryos_.find(id);
+        if (e != embryos_.end() && !e->second->reaped) e->second->retire();
+    }
+    ready.clear();
+}
+
 SandboxKind Server::default_kind() const {
     SandboxKind k;
     k.rootfs = opt_.rootfs;
@@ -963,10 +972,7 @@ int Server::retire_unasked_pools() {
             ++it;
             continue;
         }
-        for (uint64_t id : pool.ready) {
-            auto e = embryos_.find(id);
-            if (e != embryos_.end() && !e->second->reaped) e->second->retire();
-        }
+        retire_ready(pool.ready);
         it = pools_.erase(it);
     }
     return next;
@@ -990,11 +996,7 @@ int Server::retire_unneeded_held() {
             ++it;
             continue;
         }
-        for (uint64_t id : held.ready) {
-            auto e = embryos_.find(id);
-            if (e != embryos_.end() && !e->second->reaped) e->second->retire();
-        }
-        held.ready.clear();
+        retire_ready(held.ready);
         held.want = 0;
         it = held.building ? std::next(it) : held_.erase(it);
     }

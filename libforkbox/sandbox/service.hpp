@@ -253,6 +253,7 @@ private:
     bool held_wants_refill(Clock::time_point now) const;
     int retire_unneeded_held();  // ms until the next look, -1: none
     int retire_unasked_pools();  // the same
+    void retire_ready(std::deque<uint64_t>& ready);
     // What a request that names no rootfs gets: the daemon's --rootfs, nothing else.
     SandboxKind default_kind() const;
     Clock::time_point builds_wait_until() const;
