@@ -761,10 +761,11 @@ except OSError as e:
 	assert_success
 	assert_output "t
 r"
+	# A bind is looked up with the member's rights, not the daemon's (next test).
 	run --separate-stderr as_user timeout 30 "$SB_FB" sandbox --socket "$sock" -v "$TDIR/private:/mnt" -- cat /mnt/s
 	assert_failure
 	refute_output --partial secret
-	assert_stderr_contains "only the daemon's own user may bind host paths"
+	assert_stderr_contains "Permission denied"
 	run --separate-stderr as_user timeout 30 "$SB_FB" sandbox --socket "$sock" --rootfs / -- true
 	assert_failure
 	assert_stderr_contains "only the daemon's own user may choose a sandbox's root"
@@ -772,6 +773,78 @@ r"
 	run as_user "$SB_FB" sandbox --socket "$sock" --info
 	assert_success
 	assert_equal "$(jq -r .idmapped_lower <<<"$output")" true
+}
+
+# A member's binds: opened with the member's uid, gid and groups and no capability but the
+# one open_tree needs (no /proc/PID/root on the way), then idmapped so that what the member
+# owns is the sandbox root's and the rest anyone's; files the sandbox makes are the member's.
+@test "sandbox: an --allow-group member binds host paths with its own rights, never the daemon's" {
+	rl_setup_user || fail "cannot make the test user"
+	export RL_PATH=/usr/sbin:/usr/bin:/sbin:/bin
+	RL_XDG=$TDIR/xdg RL_HOME=$TDIR/home
+	mkdir -p "$RL_XDG" "$RL_HOME" "$TDIR/shared" "$TDIR/private" "$TDIR/work"
+	chown "$RL_UID:$RL_GID" "$RL_XDG" "$RL_HOME" "$TDIR/work"
+	chgrp "$RL_GID" "$TDIR/shared" && chmod 0750 "$TDIR/shared"
+	chmod 0755 "$TDIR"
+	echo secret >"$TDIR/private/s" && chmod 0700 "$TDIR/private"
+	echo mine >"$TDIR/work/mine" && chown "$RL_UID:$RL_GID" "$TDIR/work/mine"
+	echo roots >"$TDIR/work/roots" && chmod 0600 "$TDIR/work/roots"
+	local sock=$TDIR/shared/forkbox.sock
+	start_daemon_as_root "$sock" --allow-group "$RL_GID"
+	run --separate-stderr as_user timeout 30 "$SB_FB" sandbox --socket "$sock" -v "$TDIR/work:/w:rw" -- sh -c '
+		stat -c "%n %u:%g" /w/mine /w/roots; cat /w/mine; cat /w/roots || echo "roots: denied"
+		echo made >/w/made && chmod 0600 /w/mine && echo "wrote"'
+	assert_success
+	assert_output "/w/mine 0:0
+/w/roots 65534:65534
+mine
+roots: denied
+wrote"
+	[[ $(stat -c '%u:%g %a' "$TDIR/work/made") == "$RL_UID:$RL_GID 644" ]] || fail "made: $(stat -c '%u:%g %a' "$TDIR/work/made")"
+	[[ $(stat -c '%a' "$TDIR/work/mine") == 600 ]] || fail "the member's own file kept its mode"
+	# What the member may read it reads; what it may not stays shut, read-only or not.
+	run --separate-stderr as_user timeout 30 "$SB_FB" sandbox --socket "$sock" -v /etc:/mnt -- sh -c 'cat /mnt/hostname >/dev/null && echo hostname; cat /mnt/shadow || echo "shadow: denied"'
+	assert_success
+	assert_output "hostname
+shadow: denied"
+	# The daemon's capabilities are not the member's: no magic links (a root process's root
+	# or cwd), no directory the member cannot search.
+	for source in /proc/1/root/etc /proc/1/cwd "$TDIR/private/s"; do
+		run --separate-stderr as_user timeout 30 "$SB_FB" sandbox --socket "$sock" -v "$source:/mnt" -- true
+		assert_failure
+		assert_stderr_contains "bind mount source $source"
+	done
+	run --separate-stderr as_user timeout 30 "$SB_FB" sandbox --socket "$sock" -v "$TDIR/work/roots:/mnt/r:rw" -- sh -c 'echo x >>/mnt/r'
+	assert_failure
+	assert_stderr_contains "Permission denied"
+	[[ $(cat "$TDIR/work/roots") == roots ]] || fail "root's file changed"
+	# The owner's binds keep the daemon's rights.
+	run --separate-stderr timeout 30 "$SB_FB" sandbox --socket "$sock" -v "$TDIR/private:/mnt" -- cat /mnt/s
+	assert_success
+	assert_output secret
+}
+
+# Membership by a supplementary group, as the kernel knew the peer's groups when it
+# connected (SO_PEERGROUPS); its binds are looked up with those groups too.
+@test "sandbox: a member by a supplementary group is served, and its binds are looked up with its groups" {
+	rl_setup_user || fail "cannot make the test user"
+	local group=47113
+	getent group "$group" >/dev/null && skip "gid $group is taken here"
+	mkdir -p "$TDIR/shared" "$TDIR/bygroup/work"
+	chgrp "$group" "$TDIR/shared" "$TDIR/bygroup" && chmod 0750 "$TDIR/shared" "$TDIR/bygroup"
+	chown "$RL_UID:$RL_GID" "$TDIR/bygroup/work"
+	echo reached >"$TDIR/bygroup/work/f" && chown "$RL_UID:$RL_GID" "$TDIR/bygroup/work/f"
+	chmod 0755 "$TDIR"
+	local sock=$TDIR/shared/forkbox.sock
+	start_daemon_as_root "$sock" --allow-group "$group"
+	member() { env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin setpriv --reuid "$RL_UID" --regid "$RL_GID" --groups "$RL_GID,$group" "$@"; }
+	run --separate-stderr member timeout 30 "$SB_FB" sandbox --socket "$sock" -v "$TDIR/bygroup/work:/w" -- cat /w/f
+	assert_success
+	assert_output reached
+	# Without the group: not served at all.
+	run --separate-stderr env -i PATH=/usr/bin:/bin setpriv --reuid "$RL_UID" --regid "$RL_GID" --clear-groups \
+		timeout 30 "$SB_FB" sandbox --socket "$TDIR/shared/forkbox.sock" -- true
+	assert_failure
 }
 
 @test "sandbox: a user's daemon refuses --allow-group (the members would get that user's rights)" {

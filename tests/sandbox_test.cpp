@@ -310,11 +310,21 @@ TEST(SandboxKindWire, RoundTrips) {
     back = decode_kind(encode_kind(k));
     ASSERT_TRUE(back) << back.error().what();
     EXPECT_EQ(*back, k);
+    k.binds_as = HostIdentity{1000, 100, {}};
+    back = decode_kind(encode_kind(k));
+    ASSERT_TRUE(back) << back.error().what();
+    EXPECT_EQ(*back, k);
+    k.binds_as->groups = {24, 4294967294u, 27};
+    back = decode_kind(encode_kind(k));
+    ASSERT_TRUE(back) << back.error().what();
+    EXPECT_EQ(*back, k);
     auto plain = decode_kind(encode_kind(SandboxKind{}));
     ASSERT_TRUE(plain);
     EXPECT_EQ(*plain, SandboxKind{});
     EXPECT_FALSE(decode_kind(""));
     EXPECT_FALSE(decode_kind(std::string("1/a\0/b\0", 7)));
+    for (std::string ids : {"1000", "1000 x", "1000  100", "-1 5", "4294967295 1", "1 2 "})
+        EXPECT_FALSE(decode_kind(std::string("001/\0", 5) + ids + std::string("\0\n", 2))) << ids;
 }
 
 TEST(SandboxProfileOptions, HideTheSocketsDirectoryUnlessHiddenAnyway) {

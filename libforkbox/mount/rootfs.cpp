@@ -627,6 +627,18 @@ Result<std::vector<unique_fd>> open_bind_sources(const Plan& plan, bool idmapped
     return trees;
 }
 
+Result<std::vector<unique_fd>> open_bind_sources_no_magic_links(const Plan& plan) {
+    std::vector<unique_fd> trees(plan.mounts.size());
+    for (size_t i = 0; i < plan.mounts.size(); ++i) {
+        const MountStep& m = plan.mounts[i];
+        if (m.kind != MountKind::Bind) continue;
+        unique_fd source(sys::openat2(AT_FDCWD, m.source.c_str(), O_PATH | O_CLOEXEC, 0, RESOLVE_NO_MAGICLINKS));
+        if (!source) return sys_error("bind mount source " + m.source);
+        FB_ASSIGN(trees[i], clone_tree(source.get(), "", m.recursive_bind, "bind mount source " + m.source));
+    }
+    return trees;
+}
+
 Result<void> idmap_tree(int tree, int userns_fd, bool recursive, const std::string& what) {
     struct mount_attr attr {};
     attr.attr_set = MOUNT_ATTR_IDMAP;

@@ -45,6 +45,11 @@ struct RootfsContext {
 // idmapped_only: the idmapped binds' alone (the others mount by path).
 Result<std::vector<unique_fd>> open_bind_sources(const Plan& plan, bool idmapped_only = false);
 
+// The same, each source looked up without magic links (no /proc/PID/root, /proc/PID/cwd or
+// /proc/PID/fd/N on the way): for sources a caller other than the daemon named, looked up
+// with that caller's rights (BorrowedFsIdentity), which those links would get around.
+Result<std::vector<unique_fd>> open_bind_sources_no_magic_links(const Plan& plan);
+
 // Gives a detached tree the id maps of the user namespace `userns_fd` (mount_setattr
 // MOUNT_ATTR_IDMAP): its top mount, or with `recursive` every mount in it.
 Result<void> idmap_tree(int tree, int userns_fd, bool recursive, const std::string& what);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -60,6 +61,7 @@ private:
         unique_fd held_lower;  // a held embryo's lower layer, for the service to send with "M"
     };
     Result<const Plan*> plan_for(const SandboxKind& kind);
+    Result<std::vector<unique_fd>> open_member_binds(const Plan& plan, const HostIdentity& member);
     Result<Built> build(uint64_t id, const SandboxKind& kind, int fork_source, bool hold);
     Result<void> parent_side(pid_t pid, const SandboxKind& kind, const Plan& plan, std::vector<unique_fd>& bind_trees,
                              int control, int fork_source, Built& built, bool hold);
@@ -69,6 +71,23 @@ private:
     std::map<SandboxKind, Plan> plans_;
     bool idmapped_lower_ = true;  // until it fails once
 };
+
+// A group member's binds: looked up and cloned with the member's own rights, then idmapped
+// so that what the member owns is the sandbox root's (uid and gid 0 inside) and everything
+// else belongs to no one the sandbox knows: its root reaches those files only as others
+// may, never with a capability.
+Result<std::vector<unique_fd>> Builder::open_member_binds(const Plan& plan, const HostIdentity& member) {
+    std::vector<unique_fd> trees;
+    {
+        FB_ASSIGN(auto as_member, BorrowedFsIdentity::borrow(member));
+        FB_ASSIGN(trees, open_bind_sources_no_magic_links(plan));
+    }
+    FB_ASSIGN(unique_fd userns, new_user_namespace({oci::IdMapping{member.uid, c_.options.uid_base, 1}},
+                                                   {oci::IdMapping{member.gid, c_.options.uid_base, 1}}));
+    for (size_t i = 0; i < trees.size(); ++i)
+        if (trees[i]) FB_TRY(idmap_tree(trees[i].get(), userns.get(), true, plan.mounts[i].source));
+    return trees;
+}
 
 Result<const Plan*> Builder::plan_for(const SandboxKind& kind) {
     if (auto it = plans_.find(kind); it != plans_.end()) return &it->second;
@@ -90,7 +109,9 @@ Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind, int 
         cgroup_fd = cgroups.unified_fd();
     }
     std::vector<unique_fd> bind_trees;
-    if (!kind.mounts.empty()) {
+    if (kind.binds_as) {
+        FB_ASSIGN(bind_trees, open_member_binds(*plan, *kind.binds_as));
+    } else if (!kind.mounts.empty()) {
         FB_ASSIGN(bind_trees, open_bind_sources(*plan));
     }
     int sv[2];
@@ -240,15 +261,20 @@ std::string embryo_cgroup_path(const std::string& parent, pid_t service_pid, uin
     return parent + "/" + std::to_string(service_pid) + "-" + std::to_string(id);
 }
 
-// "<network 0|1><python 0|1><unmapped lower 0|1>", the rootfs and a NUL, then the mounts'
-// source, destination, mode, NUL-separated, then "\n" and the preloaded modules,
-// NUL-separated.
+// "<network 0|1><python 0|1><unmapped lower 0|1>", the rootfs and a NUL, binds_as ("" or
+// "uid gid group...") and a NUL, then the mounts' source, destination, mode, NUL-separated,
+// then "\n" and the preloaded modules, NUL-separated.
 std::string encode_kind(const SandboxKind& kind) {
     std::string out;
     out.push_back(kind.network ? '1' : '0');
     out.push_back(kind.python ? '1' : '0');
     out.push_back(kind.unmapped_lower ? '1' : '0');
     out.append(kind.rootfs);
+    out.push_back('\0');
+    if (kind.binds_as) {
+        out.append(std::to_string(kind.binds_as->uid) + " " + std::to_string(kind.binds_as->gid));
+        for (gid_t g : kind.binds_as->groups) out.append(" " + std::to_string(g));
+    }
     out.push_back('\0');
     for (const auto& m : kind.mounts) {
         for (std::string_view s : {std::string_view(m.source), std::string_view(m.destination),
@@ -277,6 +303,25 @@ Result<SandboxKind> decode_kind(std::string_view data) {
     if (rootfs_end == std::string_view::npos) return fail(EPROTO, "sandbox kind: truncated rootfs");
     k.rootfs = data.substr(0, rootfs_end);
     data.remove_prefix(rootfs_end + 1);
+    size_t ids_end = data.find('\0');
+    if (ids_end == std::string_view::npos) return fail(EPROTO, "sandbox kind: truncated binds_as");
+    if (ids_end > 0) {
+        std::vector<unsigned long> ids;
+        std::string text(data.substr(0, ids_end));
+        for (const char* p = text.c_str();; ++p) {
+            char* end;
+            errno = 0;
+            unsigned long id = std::isdigit(static_cast<unsigned char>(*p)) ? std::strtoul(p, &end, 10) : ~0UL;
+            if (id > 0xfffffffeUL || errno || (*end && *end != ' ')) return fail(EPROTO, "sandbox kind: bad binds_as");
+            ids.push_back(id);
+            if (!*end) break;
+            p = end;
+        }
+        if (ids.size() < 2) return fail(EPROTO, "sandbox kind: bad binds_as");
+        k.binds_as = HostIdentity{static_cast<uid_t>(ids[0]), static_cast<gid_t>(ids[1]), {}};
+        for (size_t i = 2; i < ids.size(); ++i) k.binds_as->groups.push_back(static_cast<gid_t>(ids[i]));
+    }
+    data.remove_prefix(ids_end + 1);
     // Paths hold no NUL, and a module name no newline: the mounts end at the first "\n"
     // that starts a field.
     std::vector<std::string> fields;

@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "libforkbox/base/error.hpp"
 #include "libforkbox/plan/plan.hpp"
+#include "libforkbox/process/credentials.hpp"
 #include "libforkbox/sandbox/request.hpp"
 #include "oci/spec.hpp"
 
@@ -29,6 +31,9 @@ struct SandboxKind {
     // reads and writes them only as any unprivileged user could, never as the daemon.
     bool unmapped_lower = false;
     std::string rootfs;  // the lower layer's directory (resolve_sandbox_rootfs), "" for the host's /
+    // A member's binds (`mounts`): looked up with the member's rights, and what the member
+    // owns there is the sandbox root's (idmapped), the rest anyone's. Unset for the owner.
+    std::optional<HostIdentity> binds_as;
     auto operator<=>(const SandboxKind&) const = default;
 };
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "libforkbox/base/error.hpp"
+#include "libforkbox/process/credentials.hpp"
 
 namespace forkbox::sandbox {
 
@@ -55,6 +56,9 @@ struct RunRequest {
     // interpreter that imported `preload` before the request.
     std::optional<std::string> python;
     std::vector<std::string> preload;
+    // Set by the daemon, never read from a request: a group member's identity, with whose
+    // rights its `mounts` are opened (SandboxKind::binds_as).
+    std::optional<HostIdentity> binds_as;
 };
 
 // The create verb: a session, one sandbox for many runs and file verbs.

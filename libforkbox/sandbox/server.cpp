@@ -37,6 +37,7 @@
 #include "libforkbox/cgroup/delegation.hpp"
 #include "libforkbox/cgroup/oom.hpp"
 #include "libforkbox/cgroup/resources.hpp"
+#include "libforkbox/process/credentials.hpp"
 #include "libforkbox/cgroup/stats.hpp"
 #include "libforkbox/mount/rootfs.hpp"
 #include "libforkbox/process/landlock.hpp"
@@ -258,7 +259,8 @@ void Server::unwatch(int fd) {
 // --- connections ---
 
 // What a request's "rootfs" or its absence makes the sandbox's lower layer; a group member
-// may not choose one (the daemon would read it with its own rights).
+// may not choose one (the daemon would read it with its own rights; the member's binds are
+// made with the member's, which an overlay's lower layer cannot be).
 Result<std::string> Server::sandbox_rootfs(const std::string& requested, uid_t peer) const {
     if (requested.empty()) return opt_.rootfs;
     if (peer != euid_) return fail(EPERM, "rootfs: only the daemon's own user may choose a sandbox's root");
@@ -267,35 +269,23 @@ Result<std::string> Server::sandbox_rootfs(const std::string& requested, uid_t p
     return root;
 }
 
-std::optional<std::string> Server::binds_refused(const std::vector<BindRequest>& mounts, uid_t peer) const {
+// With whose rights a request's binds are opened: the daemon's for its own user (nullopt),
+// a group member's own (uid, gid and groups as it connected) for a member.
+Result<std::optional<HostIdentity>> Server::binds_identity(const std::vector<BindRequest>& mounts, uid_t peer,
+                                                           int conn) const {
     if (mounts.empty() || peer == euid_) return std::nullopt;
-    return "mounts: only the daemon's own user may bind host paths into a sandbox (the daemon would reach them "
-           "with its rights, not the caller's)";
+    auto who = peer_identity(conn);
+    if (!who) return std::unexpected(who.error().wrap("mounts: the caller's identity"));
+    return who;
 }
 
 bool Server::peer_allowed(int conn, uid_t& peer) {
-    ucred cred{};
-    socklen_t len = sizeof cred;
-    if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) return false;
-    peer = cred.uid;
+    auto who = peer_identity(conn);
+    if (!who) return false;
+    peer = who->uid;
     if (peer == euid_) return true;
-    if (opt_.allowed_groups.empty()) return false;
     for (gid_t g : opt_.allowed_groups)
-        if (cred.gid == g) return true;
-    // Supplementary groups, as the kernel knew them when the peer connected.
-    auto status = read_file("/proc/" + std::to_string(cred.pid) + "/status");
-    if (!status) return false;
-    size_t at = status->find("\nGroups:");
-    if (at == std::string::npos) return false;
-    const char* p = status->c_str() + at + 8;
-    while (*p && *p != '\n') {
-        char* end;
-        long g = std::strtol(p, &end, 10);
-        if (end == p) break;
-        for (gid_t a : opt_.allowed_groups)
-            if (static_cast<gid_t>(g) == a) return true;
-        p = end;
-    }
+        if (who->gid == g || std::find(who->groups.begin(), who->groups.end(), g) != who->groups.end()) return true;
     return false;
 }
 
@@ -459,8 +449,10 @@ void Server::serve_first_message(Connection conn, uid_t peer) {
         reply_final(std::move(conn), format_error(ErrorKind::SandboxError, "the daemon is stopping"));
         return;
     }
-    if (auto refused = binds_refused(request->mounts, peer)) {
-        reply_final(std::move(conn), format_error(ErrorKind::InvalidRequest, *refused));
+    if (auto binder = binds_identity(request->mounts, peer, conn.get())) {
+        request->binds_as = *binder;
+    } else {
+        reply_final(std::move(conn), format_error(ErrorKind::SandboxError, binder.error().what()));
         return;
     }
     if (request->session.empty()) {
@@ -1013,6 +1005,7 @@ Run& Server::start_run(Connection conn, RunRequest request, uid_t peer) {
     r->kind.network = request.network;
     r->kind.mounts = request.mounts;
     r->kind.unmapped_lower = peer != euid_;
+    r->kind.binds_as = request.binds_as;
     r->kind.rootfs = request.rootfs;
     // A warm Python for a run of its own; in a session, python3 -c runs like any command.
     r->kind.python = request.python.has_value() && request.session.empty();

@@ -230,7 +230,7 @@ private:
     bool peer_allowed(int conn, uid_t& peer);
     // Why a peer may not have these binds (a group member: the daemon would reach the
     // paths with its own rights), or nothing.
-    std::optional<std::string> binds_refused(const std::vector<BindRequest>& mounts, uid_t peer) const;
+    Result<std::optional<HostIdentity>> binds_identity(const std::vector<BindRequest>& mounts, uid_t peer, int conn) const;
     Result<std::string> sandbox_rootfs(const std::string& requested, uid_t peer) const;  // peer: its uid
     void read_first_message(uint64_t id);
     void await_request(Connection conn);

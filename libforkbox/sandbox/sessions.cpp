@@ -67,7 +67,11 @@ void Server::serve_session_verb(Connection conn, const FirstMessage& first, uid_
     if (verb == "create") {
         auto request = parse_create_request(first.body, opt_.defaults);
         if (!request) return invalid(request.error());
-        if (auto refused = binds_refused(request->mounts, peer)) return invalid(Error(EPERM, *refused));
+        auto binder = binds_identity(request->mounts, peer, conn.get());
+        if (!binder) {
+            reply_final(std::move(conn), format_error(ErrorKind::SandboxError, binder.error().what()));
+            return;
+        }
         auto root = sandbox_rootfs(request->rootfs, peer);
         if (!root) return invalid(root.error());
         if (live_sandboxes() >= static_cast<size_t>(opt_.max_live)) {
@@ -78,6 +82,7 @@ void Server::serve_session_verb(Connection conn, const FirstMessage& first, uid_
         RunRequest placeholder;
         placeholder.network = request->network;
         placeholder.mounts = request->mounts;
+        placeholder.binds_as = *binder;
         placeholder.rootfs = *root;
         Run& r = start_run(std::move(conn), std::move(placeholder), peer);
         r.purpose = Run::Purpose::MakeSession;
