@@ -766,19 +766,17 @@ r"
 	assert_failure
 	refute_output --partial secret
 	assert_stderr_contains "Permission denied"
-	run --separate-stderr as_user timeout 30 "$SB_FB" sandbox --socket "$sock" --rootfs / -- true
-	assert_failure
-	assert_stderr_contains "only the daemon's own user may choose a sandbox's root"
 	# Its sandboxes still run, from a pool of their own; the owner's keep their idmapped lower.
 	run as_user "$SB_FB" sandbox --socket "$sock" --info
 	assert_success
 	assert_equal "$(jq -r .idmapped_lower <<<"$output")" true
 }
 
-# A member's binds: opened with the member's uid, gid and groups and no capability but the
-# one open_tree needs (no /proc/PID/root on the way), then idmapped so that what the member
-# owns is the sandbox root's and the rest anyone's; files the sandbox makes are the member's.
-@test "sandbox: an --allow-group member binds host paths with its own rights, never the daemon's" {
+# A member's binds and chosen root: opened with the member's uid, gid and groups and no
+# capability but the one open_tree needs (no /proc/PID/root on the way), then idmapped so
+# that what the member owns is the sandbox root's and the rest anyone's; files the sandbox
+# makes in a bind are the member's.
+@test "sandbox: an --allow-group member binds host paths and chooses a root with its own rights, never the daemon's" {
 	rl_setup_user || fail "cannot make the test user"
 	export RL_PATH=/usr/sbin:/usr/bin:/sbin:/bin
 	RL_XDG=$TDIR/xdg RL_HOME=$TDIR/home
@@ -822,6 +820,25 @@ shadow: denied"
 	run --separate-stderr timeout 30 "$SB_FB" sandbox --socket "$sock" -v "$TDIR/private:/mnt" -- cat /mnt/s
 	assert_success
 	assert_output secret
+	# A chosen root likewise: the member's own image is the sandbox root's (it writes /etc in
+	# its overlay), root's image is anyone's, and one behind a 0700 directory is refused.
+	busybox_root "$TDIR/work/img" && chown -R "$RL_UID:$RL_GID" "$TDIR/work/img"
+	busybox_root "$TDIR/rootimg"
+	busybox_root "$TDIR/private/img"
+	run --separate-stderr as_user timeout 30 "$SB_FB" sandbox --socket "$sock" --rootfs "$TDIR/work/img" -- sh -c 'stat -c %u /etc/marker; echo w >/etc/w && cat /etc/w'
+	assert_success
+	assert_output "0
+w"
+	run --separate-stderr as_user timeout 30 "$SB_FB" sandbox --socket "$sock" --rootfs "$TDIR/rootimg" -- sh -c 'cat /etc/marker; stat -c %u /etc/marker; echo w >/etc/w'
+	assert_failure
+	assert_output "from the image
+65534"
+	for source in "$TDIR/private/img" /proc/1/root; do
+		run --separate-stderr as_user timeout 30 "$SB_FB" sandbox --socket "$sock" --rootfs "$source" -- true
+		assert_failure
+		assert_stderr_contains "rootfs: $source: Permission denied"
+	done
+	[[ ! -e $TDIR/work/img/etc/w ]] || fail "the write reached the image"
 }
 
 # Membership by a supplementary group, as the kernel knew the peer's groups when it

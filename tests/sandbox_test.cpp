@@ -310,11 +310,11 @@ TEST(SandboxKindWire, RoundTrips) {
     back = decode_kind(encode_kind(k));
     ASSERT_TRUE(back) << back.error().what();
     EXPECT_EQ(*back, k);
-    k.binds_as = HostIdentity{1000, 100, {}};
+    k.member = HostIdentity{1000, 100, {}};
     back = decode_kind(encode_kind(k));
     ASSERT_TRUE(back) << back.error().what();
     EXPECT_EQ(*back, k);
-    k.binds_as->groups = {24, 4294967294u, 27};
+    k.member->groups = {24, 4294967294u, 27};
     back = decode_kind(encode_kind(k));
     ASSERT_TRUE(back) << back.error().what();
     EXPECT_EQ(*back, k);

@@ -30,6 +30,9 @@ bool set_effective(CapData c, const uint32_t effective[2]) {
     return ::syscall(SYS_capset, &c.header, c.data) == 0;
 }
 
+// The raw call: glibc's setgroups would change every thread's, as POSIX wants.
+long set_thread_groups(const std::vector<gid_t>& groups) { return ::syscall(SYS_setgroups, groups.size(), groups.data()); }
+
 // setfs[ug]id report no error: the id took when asking again returns it.
 bool fsuid_is(uid_t uid) { return static_cast<uid_t>(::setfsuid(static_cast<uid_t>(-1))) == uid; }
 bool fsgid_is(gid_t gid) { return static_cast<gid_t>(::setfsgid(static_cast<gid_t>(-1))) == gid; }
@@ -64,7 +67,7 @@ Result<BorrowedFsIdentity> BorrowedFsIdentity::borrow(const HostIdentity& who) {
     b.fsuid_ = static_cast<uid_t>(::setfsuid(static_cast<uid_t>(-1)));
     b.fsgid_ = static_cast<gid_t>(::setfsgid(static_cast<gid_t>(-1)));
     b.active_ = true;  // from here on the destructor puts back what changed
-    if (::setgroups(who.groups.size(), who.groups.data()) < 0) return sys_error("setgroups");
+    if (set_thread_groups(who.groups) < 0) return sys_error("setgroups");
     ::setfsgid(who.gid);
     if (!fsgid_is(who.gid)) return fail(EPERM, "setfsgid " + std::to_string(who.gid));
     ::setfsuid(who.uid);
@@ -91,7 +94,7 @@ void BorrowedFsIdentity::restore() {
     if (!caps || !set_effective(*caps, effective_)) ::_exit(125);
     ::setfsuid(fsuid_);
     ::setfsgid(fsgid_);
-    if (!fsuid_is(fsuid_) || !fsgid_is(fsgid_) || ::setgroups(groups_.size(), groups_.data()) < 0) ::_exit(125);
+    if (!fsuid_is(fsuid_) || !fsgid_is(fsgid_) || set_thread_groups(groups_) < 0) ::_exit(125);
 }
 
 }  // namespace forkbox

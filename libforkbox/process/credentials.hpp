@@ -23,7 +23,7 @@ struct HostIdentity {
 // taken by the kernel then, so no later exit or pid reuse can change it.
 Result<HostIdentity> peer_identity(int sock);
 
-// While it lives, this (single-threaded) process's path lookups and opens are checked as
+// While it lives, this thread's path lookups and opens are checked as
 // `who`'s: fsuid, fsgid and groups are theirs, and no effective capability is left but
 // CAP_SYS_ADMIN (so open_tree still clones what the lookup reached, while CAP_DAC_*,
 // CAP_FOWNER and CAP_SYS_PTRACE no longer widen the lookup). Destroying it restores all.

@@ -61,10 +61,14 @@ private:
         unique_fd held_lower;  // a held embryo's lower layer, for the service to send with "M"
     };
     Result<const Plan*> plan_for(const SandboxKind& kind);
-    Result<std::vector<unique_fd>> open_member_binds(const Plan& plan, const HostIdentity& member);
+    struct MemberTrees {
+        std::vector<unique_fd> binds;
+        unique_fd lower;  // its chosen root, if any
+    };
+    Result<MemberTrees> open_as_member(const Plan& plan, const SandboxKind& kind);
     Result<Built> build(uint64_t id, const SandboxKind& kind, int fork_source, bool hold);
     Result<void> parent_side(pid_t pid, const SandboxKind& kind, const Plan& plan, std::vector<unique_fd>& bind_trees,
-                             int control, int fork_source, Built& built, bool hold);
+                             unique_fd member_lower, int control, int fork_source, Built& built, bool hold);
 
     const BuilderConfig& c_;
     int sock_;
@@ -72,20 +76,30 @@ private:
     bool idmapped_lower_ = true;  // until it fails once
 };
 
-// A group member's binds: looked up and cloned with the member's own rights, then idmapped
-// so that what the member owns is the sandbox root's (uid and gid 0 inside) and everything
-// else belongs to no one the sandbox knows: its root reaches those files only as others
-// may, never with a capability.
-Result<std::vector<unique_fd>> Builder::open_member_binds(const Plan& plan, const HostIdentity& member) {
-    std::vector<unique_fd> trees;
+// A group member's binds and chosen root: looked up and cloned with the member's own
+// rights, then idmapped so that what the member owns is the sandbox root's (uid and gid 0
+// inside) and everything else belongs to no one the sandbox knows: its root reaches those
+// files only as others may, never with a capability.
+Result<Builder::MemberTrees> Builder::open_as_member(const Plan& plan, const SandboxKind& kind) {
+    const HostIdentity& member = *kind.member;
+    MemberTrees trees;
     {
         FB_ASSIGN(auto as_member, BorrowedFsIdentity::borrow(member));
-        FB_ASSIGN(trees, open_bind_sources_no_magic_links(plan));
+        FB_ASSIGN(trees.binds, open_bind_sources_no_magic_links(plan));
+        if (!kind.rootfs.empty()) {
+            unique_fd root(sys::openat2(AT_FDCWD, kind.rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC, 0,
+                                        RESOLVE_NO_MAGICLINKS));
+            if (!root) return sys_error("open the sandbox root " + kind.rootfs);
+            trees.lower.reset(static_cast<int>(
+                ::syscall(SYS_open_tree, root.get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH)));
+            if (!trees.lower) return sys_error("open_tree " + kind.rootfs);
+        }
     }
     FB_ASSIGN(unique_fd userns, new_user_namespace({oci::IdMapping{member.uid, c_.options.uid_base, 1}},
                                                    {oci::IdMapping{member.gid, c_.options.uid_base, 1}}));
-    for (size_t i = 0; i < trees.size(); ++i)
-        if (trees[i]) FB_TRY(idmap_tree(trees[i].get(), userns.get(), true, plan.mounts[i].source));
+    for (size_t i = 0; i < trees.binds.size(); ++i)
+        if (trees.binds[i]) FB_TRY(idmap_tree(trees.binds[i].get(), userns.get(), true, plan.mounts[i].source));
+    if (trees.lower) FB_TRY(idmap_tree(trees.lower.get(), userns.get(), false, kind.rootfs));
     return trees;
 }
 
@@ -109,8 +123,11 @@ Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind, int 
         cgroup_fd = cgroups.unified_fd();
     }
     std::vector<unique_fd> bind_trees;
-    if (kind.binds_as) {
-        FB_ASSIGN(bind_trees, open_member_binds(*plan, *kind.binds_as));
+    unique_fd member_lower;
+    if (kind.member) {
+        FB_ASSIGN(MemberTrees trees, open_as_member(*plan, kind));
+        bind_trees = std::move(trees.binds);
+        member_lower = std::move(trees.lower);
     } else if (!kind.mounts.empty()) {
         FB_ASSIGN(bind_trees, open_bind_sources(*plan));
     }
@@ -146,7 +163,8 @@ Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind, int 
     b.pidfd.reset(pidfd);
     theirs.reset();
     task_fds.clear();
-    if (auto r = parent_side(pid, kind, *plan, bind_trees, ours.get(), fork_source, b, hold); !r) {
+    if (auto r = parent_side(pid, kind, *plan, bind_trees, std::move(member_lower), ours.get(), fork_source, b, hold);
+        !r) {
         sys::pidfd_send_signal(pidfd, SIGKILL);
         return std::unexpected(r.error());
     }
@@ -157,8 +175,8 @@ Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind, int 
 // Once the child exists: its id maps ("P": it makes its namespaces meanwhile), an idmapped
 // lower layer (root), then "M", unless it is held.
 Result<void> Builder::parent_side(pid_t pid, const SandboxKind& kind, const Plan& plan,
-                                  std::vector<unique_fd>& bind_trees, int control, int fork_source, Built& built,
-                                  bool hold) {
+                                  std::vector<unique_fd>& bind_trees, unique_fd member_lower, int control,
+                                  int fork_source, Built& built, bool hold) {
     std::string& lower_kind = built.lower;
     std::string proc = "/proc/" + std::to_string(pid);
     // A root daemon's private range, or a user's own ids (setgroups denied first).
@@ -175,7 +193,14 @@ Result<void> Builder::parent_side(pid_t pid, const SandboxKind& kind, const Plan
     // embryo builds its root itself (embryo.cpp).
     unique_fd lower;
     lower_kind = "none";
-    if (c_.mapped_range) {
+    if (c_.mapped_range && member_lower) {  // open_as_member's, idmapped already
+        lower = std::move(member_lower);
+        mount_attr attr{};
+        attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+        if (::syscall(SYS_mount_setattr, lower.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) < 0)
+            return sys_error("make the sandbox root " + kind.rootfs + " read-only");
+        lower_kind = "member's";
+    } else if (c_.mapped_range) {
         unique_fd userns(::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
         std::string root = kind.rootfs.empty() ? "/" : kind.rootfs;
         lower.reset(static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, root.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
@@ -261,7 +286,7 @@ std::string embryo_cgroup_path(const std::string& parent, pid_t service_pid, uin
     return parent + "/" + std::to_string(service_pid) + "-" + std::to_string(id);
 }
 
-// "<network 0|1><python 0|1><unmapped lower 0|1>", the rootfs and a NUL, binds_as ("" or
+// "<network 0|1><python 0|1><unmapped lower 0|1>", the rootfs and a NUL, member ("" or
 // "uid gid group...") and a NUL, then the mounts' source, destination, mode, NUL-separated,
 // then "\n" and the preloaded modules, NUL-separated.
 std::string encode_kind(const SandboxKind& kind) {
@@ -271,9 +296,9 @@ std::string encode_kind(const SandboxKind& kind) {
     out.push_back(kind.unmapped_lower ? '1' : '0');
     out.append(kind.rootfs);
     out.push_back('\0');
-    if (kind.binds_as) {
-        out.append(std::to_string(kind.binds_as->uid) + " " + std::to_string(kind.binds_as->gid));
-        for (gid_t g : kind.binds_as->groups) out.append(" " + std::to_string(g));
+    if (kind.member) {
+        out.append(std::to_string(kind.member->uid) + " " + std::to_string(kind.member->gid));
+        for (gid_t g : kind.member->groups) out.append(" " + std::to_string(g));
     }
     out.push_back('\0');
     for (const auto& m : kind.mounts) {
@@ -304,7 +329,7 @@ Result<SandboxKind> decode_kind(std::string_view data) {
     k.rootfs = data.substr(0, rootfs_end);
     data.remove_prefix(rootfs_end + 1);
     size_t ids_end = data.find('\0');
-    if (ids_end == std::string_view::npos) return fail(EPROTO, "sandbox kind: truncated binds_as");
+    if (ids_end == std::string_view::npos) return fail(EPROTO, "sandbox kind: truncated member");
     if (ids_end > 0) {
         std::vector<unsigned long> ids;
         std::string text(data.substr(0, ids_end));
@@ -312,14 +337,14 @@ Result<SandboxKind> decode_kind(std::string_view data) {
             char* end;
             errno = 0;
             unsigned long id = std::isdigit(static_cast<unsigned char>(*p)) ? std::strtoul(p, &end, 10) : ~0UL;
-            if (id > 0xfffffffeUL || errno || (*end && *end != ' ')) return fail(EPROTO, "sandbox kind: bad binds_as");
+            if (id > 0xfffffffeUL || errno || (*end && *end != ' ')) return fail(EPROTO, "sandbox kind: bad member");
             ids.push_back(id);
             if (!*end) break;
             p = end;
         }
-        if (ids.size() < 2) return fail(EPROTO, "sandbox kind: bad binds_as");
-        k.binds_as = HostIdentity{static_cast<uid_t>(ids[0]), static_cast<gid_t>(ids[1]), {}};
-        for (size_t i = 2; i < ids.size(); ++i) k.binds_as->groups.push_back(static_cast<gid_t>(ids[i]));
+        if (ids.size() < 2) return fail(EPROTO, "sandbox kind: bad member");
+        k.member = HostIdentity{static_cast<uid_t>(ids[0]), static_cast<gid_t>(ids[1]), {}};
+        for (size_t i = 2; i < ids.size(); ++i) k.member->groups.push_back(static_cast<gid_t>(ids[i]));
     }
     data.remove_prefix(ids_end + 1);
     // Paths hold no NUL, and a module name no newline: the mounts end at the first "\n"

@@ -31,9 +31,10 @@ struct SandboxKind {
     // reads and writes them only as any unprivileged user could, never as the daemon.
     bool unmapped_lower = false;
     std::string rootfs;  // the lower layer's directory (resolve_sandbox_rootfs), "" for the host's /
-    // A member's binds (`mounts`): looked up with the member's rights, and what the member
-    // owns there is the sandbox root's (idmapped), the rest anyone's. Unset for the owner.
-    std::optional<HostIdentity> binds_as;
+    // A group member whose request names host paths: its binds and its rootfs are looked
+    // up with its rights, and what it owns there is the sandbox root's (idmapped), the rest
+    // anyone's. Unset for the daemon's own user and for requests that name no host path.
+    std::optional<HostIdentity> member;
     auto operator<=>(const SandboxKind&) const = default;
 };
 

@@ -57,8 +57,8 @@ struct RunRequest {
     std::optional<std::string> python;
     std::vector<std::string> preload;
     // Set by the daemon, never read from a request: a group member's identity, with whose
-    // rights its `mounts` are opened (SandboxKind::binds_as).
-    std::optional<HostIdentity> binds_as;
+    // rights its `mounts` and `rootfs` are opened (SandboxKind::member).
+    std::optional<HostIdentity> member;
 };
 
 // The create verb: a session, one sandbox for many runs and file verbs.

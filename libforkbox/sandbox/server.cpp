@@ -258,24 +258,28 @@ void Server::unwatch(int fd) {
 
 // --- connections ---
 
-// What a request's "rootfs" or its absence makes the sandbox's lower layer; a group member
-// may not choose one (the daemon would read it with its own rights; the member's binds are
-// made with the member's, which an overlay's lower layer cannot be).
-Result<std::string> Server::sandbox_rootfs(const std::string& requested, uid_t peer) const {
+// What a request's "rootfs" or its absence makes the sandbox's lower layer. A group
+// member's is looked up with the member's rights (and opened so by the builder).
+Result<std::string> Server::sandbox_rootfs(const std::string& requested, const std::optional<HostIdentity>& member) const {
     if (requested.empty()) return opt_.rootfs;
-    if (peer != euid_) return fail(EPERM, "rootfs: only the daemon's own user may choose a sandbox's root");
+    std::optional<BorrowedFsIdentity> as_member;
+    if (member) {
+        auto borrowed = BorrowedFsIdentity::borrow(*member);
+        if (!borrowed) return std::unexpected(borrowed.error().wrap("rootfs: act as the caller"));
+        as_member.emplace(std::move(*borrowed));
+    }
     auto root = resolve_sandbox_rootfs(requested);
     if (!root) return std::unexpected(root.error().wrap("rootfs"));
     return root;
 }
 
-// With whose rights a request's binds are opened: the daemon's for its own user (nullopt),
-// a group member's own (uid, gid and groups as it connected) for a member.
-Result<std::optional<HostIdentity>> Server::binds_identity(const std::vector<BindRequest>& mounts, uid_t peer,
-                                                           int conn) const {
-    if (mounts.empty() || peer == euid_) return std::nullopt;
+// A group member's identity (uid, gid and groups as it connected) when its request names
+// host paths: the daemon opens them with the member's rights, not its own. None for the
+// daemon's own user, or a request that names no host path (so members share pools).
+Result<std::optional<HostIdentity>> Server::member_identity(bool names_host_paths, uid_t peer, int conn) const {
+    if (!names_host_paths || peer == euid_) return std::nullopt;
     auto who = peer_identity(conn);
-    if (!who) return std::unexpected(who.error().wrap("mounts: the caller's identity"));
+    if (!who) return std::unexpected(who.error().wrap("the caller's identity"));
     return who;
 }
 
@@ -449,14 +453,14 @@ void Server::serve_first_message(Connection conn, uid_t peer) {
         reply_final(std::move(conn), format_error(ErrorKind::SandboxError, "the daemon is stopping"));
         return;
     }
-    if (auto binder = binds_identity(request->mounts, peer, conn.get())) {
-        request->binds_as = *binder;
+    if (auto member = member_identity(!request->mounts.empty() || !request->rootfs.empty(), peer, conn.get())) {
+        request->member = *member;
     } else {
-        reply_final(std::move(conn), format_error(ErrorKind::SandboxError, binder.error().what()));
+        reply_final(std::move(conn), format_error(ErrorKind::SandboxError, member.error().what()));
         return;
     }
     if (request->session.empty()) {
-        auto root = sandbox_rootfs(request->rootfs, peer);
+        auto root = sandbox_rootfs(request->rootfs, request->member);
         if (!root) {
             reply_final(std::move(conn), format_error(ErrorKind::InvalidRequest, root.error().what()));
             return;
@@ -1005,7 +1009,7 @@ Run& Server::start_run(Connection conn, RunRequest request, uid_t peer) {
     r->kind.network = request.network;
     r->kind.mounts = request.mounts;
     r->kind.unmapped_lower = peer != euid_;
-    r->kind.binds_as = request.binds_as;
+    r->kind.member = request.member;
     r->kind.rootfs = request.rootfs;
     // A warm Python for a run of its own; in a session, python3 -c runs like any command.
     r->kind.python = request.python.has_value() && request.session.empty();

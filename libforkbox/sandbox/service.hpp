@@ -230,8 +230,8 @@ private:
     bool peer_allowed(int conn, uid_t& peer);
     // Why a peer may not have these binds (a group member: the daemon would reach the
     // paths with its own rights), or nothing.
-    Result<std::optional<HostIdentity>> binds_identity(const std::vector<BindRequest>& mounts, uid_t peer, int conn) const;
-    Result<std::string> sandbox_rootfs(const std::string& requested, uid_t peer) const;  // peer: its uid
+    Result<std::optional<HostIdentity>> member_identity(bool names_host_paths, uid_t peer, int conn) const;
+    Result<std::string> sandbox_rootfs(const std::string& requested, const std::optional<HostIdentity>& member) const;
     void read_first_message(uint64_t id);
     void await_request(Connection conn);
     void reply_final(Connection conn, const std::string& message);

@@ -67,12 +67,12 @@ void Server::serve_session_verb(Connection conn, const FirstMessage& first, uid_
     if (verb == "create") {
         auto request = parse_create_request(first.body, opt_.defaults);
         if (!request) return invalid(request.error());
-        auto binder = binds_identity(request->mounts, peer, conn.get());
-        if (!binder) {
-            reply_final(std::move(conn), format_error(ErrorKind::SandboxError, binder.error().what()));
+        auto member = member_identity(!request->mounts.empty() || !request->rootfs.empty(), peer, conn.get());
+        if (!member) {
+            reply_final(std::move(conn), format_error(ErrorKind::SandboxError, member.error().what()));
             return;
         }
-        auto root = sandbox_rootfs(request->rootfs, peer);
+        auto root = sandbox_rootfs(request->rootfs, *member);
         if (!root) return invalid(root.error());
         if (live_sandboxes() >= static_cast<size_t>(opt_.max_live)) {
             reply_final(std::move(conn), format_error(ErrorKind::Busy, std::to_string(live_sandboxes()) +
@@ -82,7 +82,7 @@ void Server::serve_session_verb(Connection conn, const FirstMessage& first, uid_
         RunRequest placeholder;
         placeholder.network = request->network;
         placeholder.mounts = request->mounts;
-        placeholder.binds_as = *binder;
+        placeholder.member = *member;
         placeholder.rootfs = *root;
         Run& r = start_run(std::move(conn), std::move(placeholder), peer);
         r.purpose = Run::Purpose::MakeSession;
