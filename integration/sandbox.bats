@@ -839,6 +839,11 @@ w"
 		assert_stderr_contains "rootfs: $source: Permission denied"
 	done
 	[[ ! -e $TDIR/work/img/etc/w ]] || fail "the write reached the image"
+	# The daemon is itself again after acting as the member, failures included.
+	run --separate-stderr timeout 30 "$SB_FB" sandbox --socket "$sock" --rootfs "$TDIR/private/img" -v "$TDIR/private:/mnt" -- cat /etc/marker /mnt/s
+	assert_success
+	assert_output "from the image
+secret"
 }
 
 # Membership by a supplementary group, as the kernel knew the peer's groups when it

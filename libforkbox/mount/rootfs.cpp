@@ -647,7 +647,8 @@ Result<void> idmap_tree(int tree, int userns_fd, bool recursive, const std::stri
     int err = errno;
     // EINVAL: the filesystem cannot idmap (or the kernel predates 5.12); EPERM: the source
     // is idmapped already, or we are not root of the initial user namespace.
-    std::string why = err == EINVAL   ? " (does its filesystem support idmapped mounts?)"
+    std::string why = err == EINVAL   ? recursive ? " (do its filesystem and those mounted below it support idmapped mounts?)"
+                                                  : " (does its filesystem support idmapped mounts?)"
                       : err == EPERM ? " (is the source an idmapped mount already?)"
                                      : "";
     errno = err;
