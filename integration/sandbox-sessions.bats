@@ -247,12 +247,16 @@ w
 	[[ $stderr == *"has ended: idle for 1 s"* ]] || fail "stderr: $stderr"
 }
 
-@test "sandbox session: the sandbox cannot reach its init (not dumpable: no /proc/1/fd, /proc/1/mem)" {
+# The init is the daemon's own binary: through /proc/1/exe a sandbox would reach it
+# (runc's CVE-2019-5736).
+@test "sandbox session: the sandbox cannot reach its init (not dumpable: no /proc/1/fd, /proc/1/mem, /proc/1/exe)" {
 	new_session
-	run sb --session "$SID" -- sh -c 'ls /proc/1/fd; cat /proc/1/environ; head -c1 /proc/1/mem; echo done'
+	run sb --session "$SID" -- sh -c 'ls /proc/1/fd; cat /proc/1/environ; head -c1 /proc/1/mem; head -c1 /proc/1/exe; echo x >>/proc/1/exe; echo done'
 	assert_output --partial "'/proc/1/fd': Permission denied"
 	assert_output --partial "/proc/1/environ: Permission denied"
 	assert_output --partial "'/proc/1/mem' for reading: Permission denied"
+	assert_output --partial "'/proc/1/exe' for reading: Permission denied"
+	assert_output --partial "cannot create /proc/1/exe: Permission denied"
 	assert_output --partial "done"
 	refute_output --partial "socket:"
 }
