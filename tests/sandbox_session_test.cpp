@@ -39,6 +39,30 @@ TEST(FileRequest, RoundTrips) {
     EXPECT_FALSE(FileRequest::decode(""));
     EXPECT_FALSE(FileRequest::decode("q420\0"));
     EXPECT_FALSE(FileRequest::decode(std::string("r420\0" "0\0" "/a/../b", 13)));
+    FileRequest rename;
+    rename.op = FileOp::Rename;
+    rename.path = "/a";
+    rename.to = "/b c/d";
+    back = FileRequest::decode(rename.encode());
+    ASSERT_TRUE(back) << back.error().what();
+    EXPECT_EQ(*back, rename);
+    EXPECT_FALSE(FileRequest::decode(std::string("n420\0" "0\0" "/a", 8)));  // no new path
+    EXPECT_FALSE(FileRequest::decode(std::string("n420\0" "0\0" "/a\0/../b", 13)));
+}
+
+TEST(SessionRequests, RenameTakesItsNewPathAndOnlyRenameDoes) {
+    auto f = parse_file_request(R"({"session": "sb-1", "op": "rename", "path": "/w/a", "to": "/w//b/"})");
+    ASSERT_TRUE(f) << f.error().what();
+    EXPECT_EQ(f->file.op, FileOp::Rename);
+    EXPECT_EQ(f->file.to, "/w/b");
+    auto missing = parse_file_request(R"({"session": "sb-1", "op": "rename", "path": "/w/a"})");
+    ASSERT_FALSE(missing);
+    EXPECT_EQ(missing.error().what(), "file: \"to\" is required");
+    EXPECT_FALSE(parse_file_request(R"({"session": "sb-1", "op": "stat", "path": "/w/a", "to": "/b"})"));
+    EXPECT_FALSE(parse_file_request(R"({"session": "sb-1", "op": "rename", "path": "/w/a", "to": "/x/../y"})"));
+    auto stat = parse_file_request(R"({"session": "sb-1", "op": "stat", "path": "/"})");
+    ASSERT_TRUE(stat) << stat.error().what();
+    EXPECT_EQ(stat->file.op, FileOp::Stat);
 }
 
 TEST(SessionRequests, CreateTakesTheSandboxsKeysAndLifetimes) {

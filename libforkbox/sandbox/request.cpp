@@ -286,11 +286,12 @@ Result<FileVerb> parse_file_request(std::string_view text) {
             FB_ASSIGN(f.session, session_id(v));
         } else if (key == "op") {
             static const std::pair<std::string_view, FileOp> ops[] = {
-                {"write", FileOp::Write}, {"read", FileOp::Read},   {"list", FileOp::List},
-                {"remove", FileOp::Remove}, {"mkdir", FileOp::Mkdir}, {"diff", FileOp::Diff}};
+                {"write", FileOp::Write},   {"read", FileOp::Read}, {"list", FileOp::List},
+                {"remove", FileOp::Remove}, {"mkdir", FileOp::Mkdir}, {"diff", FileOp::Diff},
+                {"stat", FileOp::Stat},     {"rename", FileOp::Rename}};
             auto op = v.as_string();
             auto it = std::find_if(std::begin(ops), std::end(ops), [&](auto& o) { return op && o.first == *op; });
-            if (it == std::end(ops)) return invalid(key, "must be one of write, read, list, remove, mkdir, diff");
+            if (it == std::end(ops)) return invalid(key, "must be one of write, read, list, remove, mkdir, diff, stat, rename");
             f.file.op = it->second;
             have_op = true;
         } else if (key == "path") {
@@ -306,6 +307,10 @@ Result<FileVerb> parse_file_request(std::string_view text) {
             auto b = v.as_bool();
             if (!b) return invalid(key, "must be true or false");
             f.file.recursive = *b;
+        } else if (key == "to") {
+            auto p = v.as_string();
+            if (!p) return invalid(key, "must be a string");
+            FB_ASSIGN(f.file.to, check_sandbox_path(*p));
         } else {
             return invalid(key, "is not a key of a file request");
         }
@@ -315,6 +320,8 @@ Result<FileVerb> parse_file_request(std::string_view text) {
     if (!have_op) return invalid("op", "is required");
     if (!have_path && f.file.op != FileOp::Diff) return invalid("path", "is required");
     if (f.file.op == FileOp::Mkdir && !f.file.mode) f.file.mode = 0755;
+    if ((f.file.op == FileOp::Rename) != !f.file.to.empty())
+        return invalid("to", f.file.op == FileOp::Rename ? "is required" : "is only for rename");
     return f;
 }
 
@@ -384,6 +391,7 @@ Result<std::string> check_sandbox_path(std::string_view path) {
 std::string FileRequest::encode() const {
     std::string out(1, static_cast<char>(op));
     out += std::to_string(mode) + '\0' + (recursive ? '1' : '0') + '\0' + path;
+    if (op == FileOp::Rename) out += '\0' + to;
     return out;
 }
 
@@ -392,7 +400,8 @@ Result<FileRequest> FileRequest::decode(std::string_view data) {
     FileRequest r;
     r.op = static_cast<FileOp>(data[0]);
     switch (r.op) {
-        case FileOp::Write: case FileOp::Read: case FileOp::List: case FileOp::Remove: case FileOp::Mkdir: case FileOp::Diff: break;
+        case FileOp::Write: case FileOp::Read: case FileOp::List: case FileOp::Remove: case FileOp::Mkdir:
+        case FileOp::Diff: case FileOp::Stat: case FileOp::Rename: break;
         default: return fail(EPROTO, "file request: unknown op");
     }
     data.remove_prefix(1);
@@ -405,6 +414,12 @@ Result<FileRequest> FileRequest::decode(std::string_view data) {
     if (data.size() < 2 || (data[0] != '0' && data[0] != '1') || data[1] != '\0') return fail(EPROTO, "file request: bad flags");
     r.recursive = data[0] == '1';
     data.remove_prefix(2);
+    if (r.op == FileOp::Rename) {
+        size_t end = data.find('\0');
+        if (end == std::string_view::npos) return fail(EPROTO, "file request: rename without its new path");
+        FB_ASSIGN(r.to, check_sandbox_path(data.substr(end + 1)));
+        data = data.substr(0, end);
+    }
     FB_ASSIGN(r.path, check_sandbox_path(data));
     return r;
 }

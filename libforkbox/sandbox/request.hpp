@@ -76,20 +76,24 @@ struct SessionRequest {
 };
 
 // A file verb's operation, as the sandbox's init runs it (tree.hpp).
-enum class FileOp : char { Write = 'w', Read = 'r', List = 'l', Remove = 'x', Mkdir = 'm', Diff = 'd' };
+enum class FileOp : char {
+    Write = 'w', Read = 'r', List = 'l', Remove = 'x', Mkdir = 'm', Diff = 'd', Stat = 's', Rename = 'n'
+};
 
 struct FileRequest {
     FileOp op = FileOp::Read;
     std::string path = "/";
     uint32_t mode = 0644;
     bool recursive = false;  // remove: the whole tree; mkdir: the parents too
+    std::string to;          // rename: the new path
 
     std::string encode() const;
     static Result<FileRequest> decode(std::string_view data);
     bool operator==(const FileRequest&) const = default;
 };
 
-// The file verb: {"session", "op": write|read|list|remove|mkdir|diff, "path", "mode", "recursive"}.
+// The file verb: {"session", "op": write|read|list|remove|mkdir|diff|stat|rename, "path",
+// "mode", "recursive", "to"}.
 struct FileVerb {
     std::string session;
     FileRequest file;

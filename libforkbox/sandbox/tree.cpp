@@ -173,6 +173,16 @@ Result<void> do_read(const FileRequest& r, int out) {
     }
 }
 
+void write_entry(json::Writer& w, const std::string& name, const struct stat& st) {
+    w.begin_object();
+    w.key("name").value(name);
+    w.key("type").value(type_name(type_of(st)));
+    w.key("size").value(static_cast<uint64_t>(st.st_size));
+    w.key("mode").value(static_cast<uint64_t>(st.st_mode & 07777));
+    w.key("mtime").value(static_cast<double>(mtime_ns(st)) / 1e9);
+    w.end_object();
+}
+
 Result<void> do_list(const FileRequest& r, int out) {
     unique_fd dir(open_in_sandbox(r.path, O_RDONLY | O_DIRECTORY));
     if (!dir) return sys_error("open");
@@ -188,17 +198,37 @@ Result<void> do_list(const FileRequest& r, int out) {
     std::sort(entries.begin(), entries.end(), [](auto& a, auto& b) { return a.first < b.first; });
     json::Writer w;
     w.begin_array();
-    for (const auto& [name, st] : entries) {
-        w.begin_object();
-        w.key("name").value(name);
-        w.key("type").value(type_name(type_of(st)));
-        w.key("size").value(static_cast<uint64_t>(st.st_size));
-        w.key("mode").value(static_cast<uint64_t>(st.st_mode & 07777));
-        w.key("mtime").value(static_cast<double>(mtime_ns(st)) / 1e9);
-        w.end_object();
-    }
+    for (const auto& [name, st] : entries) write_entry(w, name, st);
     w.end_array();
     if (!write_all(out, w.str())) return sys_error("send");
+    return {};
+}
+
+// One entry as list has it, symlinks not followed.
+Result<void> do_stat(const FileRequest& r, int out) {
+    struct stat st;
+    std::string name = r.path == "/" ? "/" : r.path.substr(r.path.find_last_of('/') + 1);
+    if (r.path == "/") {
+        unique_fd root(open_in_sandbox("/", O_PATH | O_DIRECTORY));
+        if (!root || ::fstat(root.get(), &st) < 0) return sys_error("stat");
+    } else {
+        FB_ASSIGN(auto parent, open_parent(r.path, false));
+        if (::fstatat(parent.first.get(), parent.second.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) return sys_error("stat");
+    }
+    json::Writer w;
+    write_entry(w, name, st);
+    if (!write_all(out, w.str())) return sys_error("send");
+    return {};
+}
+
+// rename(2) inside the sandbox: a file or a directory, replacing what the new path names
+// as rename does (an empty directory by a directory, a file by a file).
+Result<void> do_rename(const FileRequest& r) {
+    if (r.path == "/" || r.to == "/") return fail(EBUSY, "the sandbox's root cannot be renamed");
+    FB_ASSIGN(auto from, open_parent(r.path, false));
+    FB_ASSIGN(auto to, open_parent(r.to, false));
+    if (::renameat(from.first.get(), from.second.c_str(), to.first.get(), to.second.c_str()) < 0)
+        return sys_error("rename to " + r.to);
     return {};
 }
 
@@ -418,6 +448,8 @@ int run_file_op(const FileRequest& r, int in, int out, int err, const TreeContex
         case FileOp::Remove: done = do_remove(r); break;
         case FileOp::Mkdir: done = do_mkdir(r); break;
         case FileOp::Diff: done = do_diff(out, t); break;
+        case FileOp::Stat: done = do_stat(r, out); break;
+        case FileOp::Rename: done = do_rename(r); break;
     }
     if (done) return 0;
     std::string message = r.path + ": " + done.error().what() + "\n";

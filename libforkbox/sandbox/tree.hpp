@@ -1,8 +1,9 @@
 // A session's file tree, from inside the sandbox: the file verbs (write, read, list, remove,
-// mkdir, diff), each run by a child of the sandbox's init with the sandbox's root, creds and
-// seccomp filter, so a path resolves in the sandbox and never on the host; and the copy a
-// fork makes of its parent's writable state (the overlay's upper layer and, for a user's
-// sandbox, the plain directories of its root), with the manifest a diff compares against.
+// mkdir, diff, stat, rename), each run by a child of the sandbox's init with the sandbox's
+// root, creds and seccomp filter, so a path resolves in the sandbox and never on the host;
+// and the copy a fork makes of its parent's writable state (the overlay's upper layer and,
+// for a user's sandbox, the plain directories of its root), with the manifest a diff
+// compares against.
 //
 // Where the state lives, in the stage tmpfs (embryo.cpp): a root daemon's sandbox has one
 // overlay of "/", whose upper layer `upper/` is the whole state; a user's sandbox has one

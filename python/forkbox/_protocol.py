@@ -386,6 +386,11 @@ def sandbox_path(path: object) -> str:
     return path
 
 
+def clean_sandbox_path(path: str) -> str:
+    """A checked sandbox path as the daemon cleans it: no empty or ``.`` components."""
+    return "/" + "/".join(p for p in path.split("/") if p and p != ".")
+
+
 def fork_count(n: object) -> int:
     """Check a fork's child count (1 to 16)."""
     if not _is_int(n) or not 1 <= n <= MAX_FORK:  # type: ignore[operator]
@@ -448,7 +453,7 @@ def chunk_of(msg: bytes) -> Optional[OutputChunk]:
 
 
 # What an Exchange decodes its final message into (the ``kind`` it is made with).
-KINDS = ("run", "info", "object", "read", "list", "diff", "sessions")
+KINDS = ("run", "info", "object", "read", "list", "stat", "diff", "sessions")
 
 
 def _json_list(data: bytes, what: str) -> List[Any]:
@@ -461,6 +466,16 @@ def _json_list(data: bytes, what: str) -> List[Any]:
     return value
 
 
+def _json_object(data: bytes, what: str) -> Dict[str, Any]:
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ProtocolError(f"daemon sent a {what} that is not JSON: {data[:200]!r} ({e})") from None
+    if not isinstance(value, dict):
+        raise ProtocolError(f"daemon sent a {what} that is not an object: {data[:200]!r}")
+    return value
+
+
 class Exchange:
     """Collects a reply: feed it each message received; :meth:`feed` returns True on the
     final one, then :meth:`result` gives the decoded answer or raises the daemon's error.
@@ -468,7 +483,8 @@ class Exchange:
     Args:
         kind: what the answer is: ``"run"`` (a :class:`RunResult`), ``"info"`` or
             ``"object"`` (the final object), ``"read"`` (the data bytes), ``"list"`` (a
-            directory's :class:`FileInfo` entries), ``"diff"`` (:class:`Change` entries),
+            directory's :class:`FileInfo` entries), ``"stat"`` (one :class:`FileInfo`),
+            ``"diff"`` (:class:`Change` entries),
             ``"sessions"`` (:class:`SandboxInfo` entries).
         path: the sandbox path of a file verb (errors' ``filename``; ``list``'s directory).
         session: the session the request names (a :class:`SandboxClosed`'s id).
@@ -557,6 +573,9 @@ class Exchange:
         if self.verb == "list":
             entries = _json_list(b"".join(self._stdout), "directory listing")
             return [FileInfo.from_reply(e, self.path or "/") for e in entries]
+        if self.verb == "stat":
+            entry = _json_object(b"".join(self._stdout), "file's entry")
+            return FileInfo.from_reply(entry, "", path=clean_sandbox_path(self.path or "/"))
         if self.verb == "diff":
             return [Change.from_reply(e) for e in _json_list(b"".join(self._stdout), "diff")]
         if self.verb == "sessions":

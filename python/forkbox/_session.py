@@ -166,6 +166,9 @@ class SandboxBase:
             raise InvalidRequest(f"recursive must be a bool, not {recursive!r}")
         return self._plan_file("remove", path, recursive=recursive)
 
+    def _plan_rename(self, path: object, to: object) -> Call:
+        return self._plan_file("rename", path, to=sandbox_path(to))
+
     def _plan_verb(self, verb: str, **keys: Any) -> Call:
         request = {"session": self.id}
         request.update(keys)

@@ -194,6 +194,23 @@ class AsyncSandbox(SandboxBase):
         """:meth:`forkbox.Sandbox.mkdir`."""
         await self._exchange(self._plan_mkdir(path, parents, mode))
 
+    async def stat(self, path: str) -> FileInfo:
+        """:meth:`forkbox.Sandbox.stat`."""
+        info: FileInfo = await self._exchange(self._plan_file("stat", path, kind="stat"))
+        return info
+
+    async def exists(self, path: str) -> bool:
+        """:meth:`forkbox.Sandbox.exists`."""
+        try:
+            await self.stat(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    async def rename(self, path: str, to: str) -> None:
+        """:meth:`forkbox.Sandbox.rename`."""
+        await self._exchange(self._plan_rename(path, to))
+
     async def diff(self) -> List[Change]:
         """:meth:`forkbox.Sandbox.diff`."""
         changes: List[Change] = await self._exchange(self._plan_file("diff", None, kind="diff"))

@@ -203,7 +203,8 @@ def _opt_int(obj: Mapping[str, Any], key: str) -> Optional[int]:
 
 @dataclass(frozen=True)
 class FileInfo:
-    """An entry of a directory in a sandbox (:meth:`forkbox.Sandbox.list`).
+    """An entry of a directory in a sandbox (:meth:`forkbox.Sandbox.list`,
+    :meth:`forkbox.Sandbox.stat`).
 
     Attributes:
         name: the entry's name.
@@ -232,8 +233,8 @@ class FileInfo:
         return self.type == "file"
 
     @classmethod
-    def from_reply(cls, obj: Any, directory: str) -> "FileInfo":
-        """One entry of a ``list`` reply.
+    def from_reply(cls, obj: Any, directory: str, path: Optional[str] = None) -> "FileInfo":
+        """One entry of a ``list`` reply (in ``directory``), or a ``stat`` reply (of ``path``).
 
         Raises:
             ProtocolError: it is not an entry object.
@@ -244,7 +245,7 @@ class FileInfo:
         base = directory.rstrip("/")
         return cls(
             name=name,
-            path=f"{base}/{name}",
+            path=path if path is not None else f"{base}/{name}",
             type=_str_field(obj, "type", "a directory entry"),
             size=_opt_int(obj, "size") or 0,
             mode=_opt_int(obj, "mode") or 0,

@@ -284,6 +284,41 @@ class Sandbox(SandboxBase):
         """
         self._exchange(self._plan_mkdir(path, parents, mode))
 
+    def stat(self, path: str) -> FileInfo:
+        """The entry ``path`` names in the sandbox, as :meth:`list` gives it (a symlink is
+        not followed: its own entry).
+
+        Raises:
+            FileError: e.g. a :class:`FileNotFoundError`.
+            InvalidRequest, SandboxClosed: as :meth:`write_file`.
+        """
+        info: FileInfo = self._exchange(self._plan_file("stat", path, kind="stat"))
+        return info
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` names an entry in the sandbox (a dangling symlink exists).
+
+        Raises:
+            FileError: the lookup failed otherwise (e.g. a :class:`NotADirectoryError`).
+            InvalidRequest, SandboxClosed: as :meth:`write_file`.
+        """
+        try:
+            self.stat(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def rename(self, path: str, to: str) -> None:
+        """Rename ``path`` to ``to`` in the sandbox, as ``os.rename`` does: a file or a
+        directory, replacing a file (or an empty directory) that ``to`` names; ``to``'s
+        parent must exist.
+
+        Raises:
+            FileError: e.g. a :class:`FileNotFoundError`, ``errno.ENOTEMPTY``.
+            InvalidRequest, SandboxClosed: as :meth:`write_file`.
+        """
+        self._exchange(self._plan_rename(path, to))
+
     def diff(self) -> List[Change]:
         """What changed in the sandbox's files since the session began (for a fork: since
         it was forked), by path: each a :class:`forkbox.Change` (``created``,

@@ -233,6 +233,49 @@ def test_list_remove_mkdir(sb):
     assert sb.run("test -e /work/a || echo gone").stdout == "gone\n"
 
 
+def test_stat_exists_rename(sb):
+    sb.write_file("/work/a", b"12345", mode=0o600)
+    info = sb.stat("/work/a")
+    assert info == FileInfo("a", "/work/a", "file", 5, 0o600, info.mtime) and info.mtime > 0
+    assert sb.stat("/").path == "/" and sb.stat("/").is_dir and sb.stat("/work/").path == "/work"
+    sb.run("ln -s /nowhere /work/dangling")
+    assert sb.stat("/work/dangling").type == "symlink"  # not followed
+    assert sb.exists("/work/a") and sb.exists("/work/dangling") and sb.exists("/etc/passwd")
+    assert not sb.exists("/work/nope") and not sb.exists("/nope/deeper")
+    sb.rename("/work/a", "/work/b")
+    assert not sb.exists("/work/a") and sb.read_file("/work/b") == b"12345"
+    sb.mkdir("/work/d/e")
+    sb.write_file("/work/d/e/f", b"x")
+    sb.rename("/work/d", "/work/moved")  # a directory, with what is in it
+    assert sb.read_file("/work/moved/e/f") == b"x"
+    sb.write_file("/work/c", b"replaced")
+    sb.rename("/work/b", "/work/c")  # replaces a file, as os.rename does
+    assert sb.read_file("/work/c") == b"12345" and not sb.exists("/work/b")
+    assert sb.run("cat /work/c /work/moved/e/f").stdout == "12345x"
+    with pytest.raises(FileNotFoundError):
+        sb.rename("/work/nope", "/work/x")
+    with pytest.raises(FileNotFoundError):
+        sb.rename("/work/c", "/nodir/x")
+    with pytest.raises(OSError) as e:
+        sb.rename("/work/c", "/work/moved")  # a file over a directory
+    assert e.value.errno == errno.EISDIR and isinstance(e.value, FileError)
+    with pytest.raises(NotADirectoryError):
+        sb.exists("/work/c/under-a-file")
+    with pytest.raises(InvalidRequest):
+        sb.rename("/work/c", "/work/../etc/x")
+
+
+def test_async_stat_exists_rename(daemon):
+    async def main():
+        c = AsyncForkbox(socket=daemon.sock, request_timeout_s=CLIENT_TIMEOUT_S)
+        async with c.create(ttl_s=600) as s:
+            await s.write_file("/x", "1")
+            await s.rename("/x", "/y")
+            return await s.exists("/x"), await s.exists("/y"), (await s.stat("/y")).size
+
+    assert asyncio.run(main()) == (False, True, 1)
+
+
 @pytest.mark.parametrize("case", ["read-missing", "list-missing", "remove-missing", "mkdir-exists",
                                   "mkdir-no-parent", "read-dir", "list-file", "write-under-file"])
 def test_file_errors_are_oserrors(sb, case):
@@ -272,7 +315,8 @@ def test_dotdot_is_refused_before_sending(tmp_path, path):
     # No daemon answers on this socket: the refusal is the client's own.
     s = Forkbox(socket=str(tmp_path / "nobody.sock"), autostart=False).connect("sb-0123456789abcdef")
     for call in (lambda: s.read_file(path), lambda: s.write_file(path, b"x"), lambda: s.list(path),
-                 lambda: s.remove(path), lambda: s.mkdir(path)):
+                 lambda: s.remove(path), lambda: s.mkdir(path), lambda: s.stat(path), lambda: s.exists(path),
+                 lambda: s.rename(path, "/ok"), lambda: s.rename("/ok", path)):
         with pytest.raises(InvalidRequest) as e:
             call()
         assert e.value.code is None, e.value  # not the daemon's

@@ -160,7 +160,7 @@ def test_file_verbs_requests(serve):
     assert [m[:1] for m in more] == [b"I", b"I", b"E"] and b"".join(m[1:] for m in more[:-1]) == b"\x00" * 70_000 + b"\xff"
 
 
-def test_read_list_diff_decoding(serve):
+def test_read_list_stat_diff_decoding_and_rename(serve):
     def answer(c, verb, req, entry):
         op = req.get("op")
         if op == "read":
@@ -170,6 +170,11 @@ def test_read_list_diff_decoding(serve):
         elif op == "list":
             c.send(b"1" + json.dumps([{"name": "f", "type": "file", "size": 3, "mode": 420, "mtime": 1.5},
                                       {"name": "d", "type": "dir", "size": 0, "mode": 493, "mtime": 2}]).encode())
+            c.send(b'X{"ok":true}')
+        elif op == "rename":
+            c.send(b'X{"ok":true}')
+        elif op == "stat":
+            c.send(b"1" + json.dumps({"name": "f", "type": "file", "size": 3, "mode": 420, "mtime": 1.5}).encode())
             c.send(b'X{"ok":true}')
         elif op == "diff":
             c.send(b"1" + json.dumps([{"path": "/a", "change": "created", "type": "file", "size": 1},
@@ -193,6 +198,10 @@ def test_read_list_diff_decoding(serve):
     (info,) = fb.sandboxes()
     assert info == SandboxInfo(SID, None, 1.5, 0.5, 600, 600, 1, 3, False, 512, 256, False)
     assert seen[3]["verb"] == "sandbox/1 list" and seen[3]["req"] == {}
+    assert s.stat("/work//f") == FileInfo("f", "/work/f", "file", 3, 0o644, 1.5)
+    assert seen[4]["req"] == {"session": SID, "op": "stat", "path": "/work//f"}  # the daemon cleans it
+    s.rename("/a/", "/b//c")
+    assert seen[5]["req"] == {"session": SID, "op": "rename", "path": "/a/", "to": "/b//c"}
 
 
 def test_fork_gives_sandboxes_of_the_same_client(serve):
