@@ -221,14 +221,19 @@ Result<void> do_stat(const FileRequest& r, int out) {
     return {};
 }
 
+Result<void> move_across_mounts(int from_dir, const std::string& from, int to_dir, const std::string& to);
+
 // rename(2) inside the sandbox: a file or a directory, replacing what the new path names
-// as rename does (an empty directory by a directory, a file by a file).
+// as rename does (an empty directory by a directory, a file by a file); between mounts,
+// a copy and a removal, as mv.
 Result<void> do_rename(const FileRequest& r) {
     if (r.path == "/" || r.to == "/") return fail(EBUSY, "the sandbox's root cannot be renamed");
     FB_ASSIGN(auto from, open_parent(r.path, false));
     FB_ASSIGN(auto to, open_parent(r.to, false));
-    if (::renameat(from.first.get(), from.second.c_str(), to.first.get(), to.second.c_str()) < 0)
-        return sys_error("rename to " + r.to);
+    if (::renameat(from.first.get(), from.second.c_str(), to.first.get(), to.second.c_str()) == 0) return {};
+    if (errno != EXDEV) return sys_error("rename to " + r.to);
+    auto moved = move_across_mounts(from.first.get(), from.second, to.first.get(), to.second);
+    if (!moved) return std::unexpected(moved.error().wrap("move to " + r.to));
     return {};
 }
 
@@ -286,6 +291,11 @@ struct Copier {
     // Hard-linked files copied so far: (device, inode) -> (their directory, their name).
     std::map<std::pair<dev_t, ino_t>, std::pair<int, std::string>> links;
     Result<void> copy_dir(int src, int dst, const std::set<std::string>* skip = nullptr);
+    // One entry of any type, `from` in `src` copied as `to` in `dst`.
+    Result<void> copy_entry(int src, const std::string& from, int dst, const std::string& to, const struct stat& st);
+    Copier() = default;
+    Copier(const Copier&) = delete;
+    ~Copier();
 };
 
 void copy_xattrs(int src, int dst) {
@@ -311,15 +321,15 @@ void copy_attributes(int dst_dir, const char* name, int dst_fd, const struct sta
     ::utimensat(dst_dir, name, times, AT_SYMLINK_NOFOLLOW);
 }
 
-Result<void> copy_file(int src_dir, int dst_dir, const char* name, const struct stat& st) {
+Result<void> copy_file(int src_dir, const char* name, int dst_dir, const char* dst_name, const struct stat& st) {
     // The parent's code may have swapped the file for a FIFO since it was looked at (a
     // rootless parent runs on while it is copied): never block on one, copy only a file.
     unique_fd in(::openat(src_dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     if (!in) return sys_error(std::string("open ") + name);
     struct stat opened;
     if (::fstat(in.get(), &opened) < 0 || !S_ISREG(opened.st_mode)) return {};  // gone meanwhile
-    unique_fd out(::openat(dst_dir, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!out) return sys_error(std::string("create ") + name);
+    unique_fd out(::openat(dst_dir, dst_name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!out) return sys_error(std::string("create ") + dst_name);
     off_t left = st.st_size;
     while (left > 0) {
         ssize_t n = ::sendfile(out.get(), in.get(), nullptr, static_cast<size_t>(std::min<off_t>(left, 1 << 30)));
@@ -329,7 +339,7 @@ Result<void> copy_file(int src_dir, int dst_dir, const char* name, const struct 
         left -= n;
     }
     copy_xattrs(in.get(), out.get());
-    copy_attributes(dst_dir, name, out.get(), st);
+    copy_attributes(dst_dir, dst_name, out.get(), st);
     return {};
 }
 
@@ -342,48 +352,79 @@ Result<void> Copier::copy_dir(int src, int dst, const std::set<std::string>* ski
             names.emplace_back(e->d_name);
     ::closedir(d);
     for (const auto& n : names) {
-        const char* name = n.c_str();
         struct stat st;
-        if (::fstatat(src, name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;  // gone meanwhile
-        if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
-            // A hard link of a file copied already: linked again.
-            auto key = std::pair{st.st_dev, st.st_ino};
-            if (auto it = links.find(key); it != links.end()) {
-                if (::linkat(it->second.first, it->second.second.c_str(), dst, name, 0) == 0) continue;
-            }
-        }
-        if (S_ISDIR(st.st_mode)) {
-            if (::mkdirat(dst, name, 0700) < 0 && errno != EEXIST) return sys_error(std::string("mkdir ") + name);
-            unique_fd s(::openat(src, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-            unique_fd t(::openat(dst, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-            if (!s || !t) return sys_error(std::string("open ") + name);
-            FB_TRY(copy_dir(s.get(), t.get()));
-            copy_xattrs(s.get(), t.get());
-            copy_attributes(dst, name, t.get(), st);
-        } else if (S_ISREG(st.st_mode)) {
-            FB_TRY(copy_file(src, dst, name, st));
-            if (st.st_nlink > 1) {
-                int keep = ::fcntl(dst, F_DUPFD_CLOEXEC, 0);  // the directory stays open while links may follow
-                if (keep >= 0) links[{st.st_dev, st.st_ino}] = {keep, n};
-            }
-        } else if (S_ISLNK(st.st_mode)) {
-            char target[4097];
-            ssize_t len = ::readlinkat(src, name, target, sizeof target - 1);
-            if (len < 0) continue;
-            target[len] = '\0';
-            ::unlinkat(dst, name, 0);
-            if (::symlinkat(target, dst, name) < 0) return sys_error(std::string("symlink ") + name);
-            copy_attributes(dst, name, -1, st);
-        } else if (S_ISFIFO(st.st_mode) || (S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0))) {
-            // A whiteout: a user namespace may make these 0:0 devices.
-            ::unlinkat(dst, name, 0);
-            if (::mknodat(dst, name, st.st_mode & (S_IFMT | 07777), st.st_rdev) < 0)
-                return sys_error(std::string("mknod ") + name);
-            copy_attributes(dst, name, -1, st);
-        }
-        // Sockets and real devices are not state a fork carries.
+        if (::fstatat(src, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) continue;  // gone meanwhile
+        FB_TRY(copy_entry(src, n, dst, n, st));
     }
     return {};
+}
+
+Result<void> Copier::copy_entry(int src, const std::string& from, int dst, const std::string& to, const struct stat& st) {
+    const char* name = from.c_str();
+    const char* dst_name = to.c_str();
+    if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+        // A hard link of a file copied already: linked again.
+        auto key = std::pair{st.st_dev, st.st_ino};
+        if (auto it = links.find(key); it != links.end()) {
+            if (::linkat(it->second.first, it->second.second.c_str(), dst, dst_name, 0) == 0) return {};
+        }
+    }
+    if (S_ISDIR(st.st_mode)) {
+        if (::mkdirat(dst, dst_name, 0700) < 0 && errno != EEXIST) return sys_error(std::string("mkdir ") + dst_name);
+        unique_fd s(::openat(src, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        unique_fd t(::openat(dst, dst_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!s || !t) return sys_error(std::string("open ") + name);
+        FB_TRY(copy_dir(s.get(), t.get()));
+        copy_xattrs(s.get(), t.get());
+        copy_attributes(dst, dst_name, t.get(), st);
+    } else if (S_ISREG(st.st_mode)) {
+        FB_TRY(copy_file(src, name, dst, dst_name, st));
+        if (st.st_nlink > 1) {
+            int keep = ::fcntl(dst, F_DUPFD_CLOEXEC, 0);  // the directory stays open while links may follow
+            if (keep >= 0) links[{st.st_dev, st.st_ino}] = {keep, to};
+        }
+    } else if (S_ISLNK(st.st_mode)) {
+        char target[4097];
+        ssize_t len = ::readlinkat(src, name, target, sizeof target - 1);
+        if (len < 0) return {};
+        target[len] = '\0';
+        ::unlinkat(dst, dst_name, 0);
+        if (::symlinkat(target, dst, dst_name) < 0) return sys_error(std::string("symlink ") + dst_name);
+        copy_attributes(dst, dst_name, -1, st);
+    } else if (S_ISFIFO(st.st_mode) || (S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0))) {
+        // A whiteout: a user namespace may make these 0:0 devices.
+        ::unlinkat(dst, dst_name, 0);
+        if (::mknodat(dst, dst_name, st.st_mode & (S_IFMT | 07777), st.st_rdev) < 0)
+            return sys_error(std::string("mknod ") + dst_name);
+        copy_attributes(dst, dst_name, -1, st);
+    }
+    // Sockets and real devices are not state a fork carries.
+    return {};
+}
+
+Copier::~Copier() {
+    for (auto& [key, where] : links) ::close(where.first);
+}
+
+// A rename between two mounts (a user's sandbox has an overlay per top-level directory):
+// what mv does, a copy and then the source removed. The copy is made under a temporary
+// name beside `to` and renamed into place, so `to` is never half written, what it names is
+// replaced as rename replaces it, and a failed copy leaves the source as it was.
+Result<void> move_across_mounts(int from_dir, const std::string& from, int to_dir, const std::string& to) {
+    struct stat st;
+    if (::fstatat(from_dir, from.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) return sys_error("stat");
+    if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+        return fail(EXDEV, "a socket, a fifo or a device cannot move to another mount");
+    std::string temp = ".forkbox-move-" + std::to_string(::getpid());
+    (void)remove_tree(to_dir, temp);  // a leftover of a move killed half way
+    Copier c;
+    auto copied = c.copy_entry(from_dir, from, to_dir, temp, st);
+    if (copied && ::renameat(to_dir, temp.c_str(), to_dir, to.c_str()) < 0) copied = sys_error("rename");
+    if (!copied) {
+        (void)remove_tree(to_dir, temp);
+        return copied;
+    }
+    return remove_tree(from_dir, from);
 }
 
 }  // namespace
@@ -460,9 +501,7 @@ int run_file_op(const FileRequest& r, int in, int out, int err, const TreeContex
 
 Result<void> copy_tree(int src, int dst, const std::set<std::string>* skip) {
     Copier c;
-    auto r = c.copy_dir(src, dst, skip);
-    for (auto& [key, where] : c.links) ::close(where.first);
-    return r;
+    return c.copy_dir(src, dst, skip);
 }
 
 }  // namespace forkbox::sandbox

@@ -311,7 +311,8 @@ class Sandbox(SandboxBase):
     def rename(self, path: str, to: str) -> None:
         """Rename ``path`` to ``to`` in the sandbox, as ``os.rename`` does: a file or a
         directory, replacing a file (or an empty directory) that ``to`` names; ``to``'s
-        parent must exist.
+        parent must exist. Between two of the sandbox's mounts (a user's daemon gives each
+        top-level directory its own) it copies and removes, as ``mv`` does.
 
         Raises:
             FileError: e.g. a :class:`FileNotFoundError`, ``errno.ENOTEMPTY``.

@@ -10,6 +10,7 @@ where the user can read it. Skipped, with the reason, when that daemon does not 
 
 import base64
 import json
+import errno
 import os
 import pwd
 import random
@@ -380,6 +381,34 @@ def test_rootless_session_state_and_files(user):
     assert not os.path.exists(f"/etc/{mark}")
     assert (open("/etc/hosts", "rb").read(), os.stat("/etc/hosts").st_mtime_ns) == hosts_before
     assert facts["closed"] and facts["id"] not in facts["listed"] and facts["sessions"] == 0, facts
+
+
+def test_rootless_rename_between_the_sandboxs_mounts(user):
+    # A user's sandbox has an overlay per top-level directory and /tmp of its own: rename
+    # between them is a copy and a removal, as mv does, hard links and modes kept.
+    out = user.python("""
+        with Forkbox.create(ttl_s=600) as sb:
+            sb.write_file("/tmp/a", b"file", mode=0o640)
+            sb.run("mkdir -p /tmp/d/e && echo deep > /tmp/d/e/f && ln /tmp/d/e/f /tmp/d/hard && ln -s e/f /tmp/d/soft"
+                   " && mkdir -p /work/empty /work/full/x")
+            sb.rename("/tmp/a", "/work/a")
+            sb.rename("/tmp/d", "/work/empty")  # replaces an empty directory
+            errors = []
+            sb.write_file("/tmp/z", b"z")
+            for to in ("/work/full", "/work/a/under"):
+                try:
+                    sb.rename("/tmp/z", to)
+                except OSError as e:
+                    errors.append(e.errno)
+            emit({"gone": [sb.exists(p) for p in ("/tmp/a", "/tmp/d")], "a": sb.stat("/work/a").mode,
+                  "tree": sb.run("cat /work/a /work/empty/hard /work/empty/soft; stat -c %h /work/empty/hard;"
+                                 " ls -A /work | grep forkbox-move || echo clean").stdout,
+                  "errors": errors, "z": sb.read_file("/tmp/z").decode()})
+    """)
+    facts = out[0]
+    assert facts["gone"] == [False, False] and facts["a"] == 0o640, facts
+    assert facts["tree"] == "filedeep\ndeep\n2\nclean\n", facts
+    assert facts["errors"] == [errno.EISDIR, errno.ENOTDIR] and facts["z"] == "z", facts
 
 
 def test_rootless_fork(user):
