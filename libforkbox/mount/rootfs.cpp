@@ -284,6 +284,13 @@ Result<void> mount_filesystem(const RootfsContext& ctx, int root_fd, const Mount
         std::string_view t(fstype);
         if (t == "sysfs") return bind_host_fallback(root_fd, "/sys", m);
         if (t == "mqueue") return bind_host_fallback(root_fd, "/dev/mqueue", m);
+        // A new proc in a user namespace needs the current one fully visible: a container
+        // engine's masked /proc paths forbid it.
+        if (t == "proc")
+            return fail(EPERM, r.error().what() +
+                                   " (the kernel refuses a new proc in a user namespace while paths of the current "
+                                   "/proc are masked, as a container engine masks them: unmask them, e.g. podman "
+                                   "--security-opt unmask=/proc/*, docker --security-opt systempaths=unconfined)");
     }
     if (!r) return r;
     if (image_dir) {

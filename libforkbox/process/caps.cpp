@@ -29,6 +29,19 @@ int kernel_last_cap() {
 }
 }  // namespace
 
+bool holds_capabilities(uint64_t mask) {
+    cap_t caps = cap_get_proc();
+    if (!caps) return false;
+    bool all = true;
+    for (int c = 0; c <= 63 && all; ++c) {
+        if (!(mask & (uint64_t{1} << c))) continue;
+        cap_flag_value_t v = CAP_CLEAR;
+        all = cap_get_flag(caps, static_cast<cap_value_t>(c), CAP_EFFECTIVE, &v) == 0 && v == CAP_SET;
+    }
+    cap_free(caps);
+    return all;
+}
+
 Result<CapabilitySets> capability_sets(const oci::Capabilities& caps) {
     CapabilitySets s;
     FB_ASSIGN(s.bounding, mask_of(caps.bounding, "bounding"));

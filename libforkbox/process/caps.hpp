@@ -15,6 +15,9 @@ struct CapabilitySets {
 // Names -> bit masks (pure). Unknown names are an error naming the set.
 Result<CapabilitySets> capability_sets(const oci::Capabilities& caps);
 
+// Whether this thread holds every capability of `mask` (bits: 1 << CAP_*) in its effective set.
+bool holds_capabilities(uint64_t mask);
+
 // Drops every capability not in `keep` from the bounding set (needs CAP_SETPCAP).
 Result<void> drop_bounding_set(uint64_t keep);
 

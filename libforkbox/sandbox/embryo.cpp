@@ -293,7 +293,10 @@ Result<void> enter_namespaces(const EmbryoSetup& s) {
     if (own_network) flags |= CLONE_NEWNET;
     FB_TRY(check(::unshare(flags) == 0, "unshare namespaces"));
     if (own_network) FB_TRY(bring_up_loopback());
-    FB_TRY(set_hostname(plan.hostname));
+    // A container engine's seccomp profile may refuse sethostname without CAP_SYS_ADMIN,
+    // even in a UTS namespace of our own (podman's does): the sandbox then keeps the name
+    // its parent had, which is all the name is for.
+    if (auto named = set_hostname(plan.hostname); !named && named.error().errnum() != EPERM) return named;
     return {};
 }
 

@@ -5,7 +5,7 @@ namespace forkbox::sandbox {
 Enforcement LimitMechanisms::enforcement(bool cpu_asked) const {
     Enforcement e;
     e.memory = memory ? "cgroup" : "rlimit";
-    e.pids = pids ? "cgroup" : "rlimit";
+    e.pids = pids ? "cgroup" : nproc_rlimit_holds ? "rlimit" : "none";
     e.cpu = cpu && cpu_asked ? "cgroup" : "none";
     return e;
 }
@@ -36,7 +36,7 @@ oci::Resources cgroup_limits(const LimitMechanisms& m, uint64_t memory_mb, uint6
 
 Rlimits rlimits_for(const LimitMechanisms& m, uint64_t memory_mb, uint64_t pids) {
     Rlimits r;
-    if (!m.pids && pids) r.nproc = pids + 1;  // the sandbox's init counts too
+    if (!m.pids && m.nproc_rlimit_holds && pids) r.nproc = pids + 1;  // the sandbox's init counts too
     if (!m.memory) r.address = memory_mb << 20;
     return r;
 }

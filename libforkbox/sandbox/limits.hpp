@@ -18,6 +18,7 @@ struct LimitMechanisms {
     bool memory = false;   // memory.max / memory.limit_in_bytes; else RLIMIT_AS
     bool pids = false;     // pids.max; else RLIMIT_NPROC
     bool cpu = false;      // cpu.max / cpu.cfs_quota_us; else no cpu limit
+    bool nproc_rlimit_holds = true;  // RLIMIT_NPROC counts the sandbox's processes (not host root's)
 
     // What a run or session with these requests reports.
     Enforcement enforcement(bool cpu_asked) const;

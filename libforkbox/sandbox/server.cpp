@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <linux/capability.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -37,6 +38,7 @@
 #include "libforkbox/cgroup/delegation.hpp"
 #include "libforkbox/cgroup/oom.hpp"
 #include "libforkbox/cgroup/resources.hpp"
+#include "libforkbox/process/caps.hpp"
 #include "libforkbox/process/credentials.hpp"
 #include "libforkbox/cgroup/stats.hpp"
 #include "libforkbox/mount/rootfs.hpp"
@@ -197,6 +199,10 @@ Result<CgroupLayout> Server::sandbox_cgroups(const CgroupLayout& host) {
     return layout;
 }
 
+// What a root daemon needs for sandboxes of a private id range (Server::setup).
+constexpr uint64_t kMappedRangeCapabilities =
+    (uint64_t{1} << CAP_SYS_ADMIN) | (uint64_t{1} << CAP_SETUID) | (uint64_t{1} << CAP_SETGID);
+
 Result<void> Server::setup() {
     FB_ASSIGN(signals_, daemon_signalfd());
     epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
@@ -207,7 +213,14 @@ Result<void> Server::setup() {
     watch(handoff_, EPOLLIN, Watch::Handoff, 0);
     watch(listener_, EPOLLIN, Watch::Listener, 0);
 
-    mapped_range_ = ::geteuid() == 0 && !rootless_mode().in_user_namespace;
+    // A private range of ids, idmapped layers and cgroups need root of the host's user
+    // namespace with its capabilities. Root in a container without CAP_SYS_ADMIN (Docker's
+    // and podman's default) serves as a user's daemon does: user namespaces of its own id.
+    bool host_root = ::geteuid() == 0 && !rootless_mode().in_user_namespace;
+    mapped_range_ = host_root && holds_capabilities(kMappedRangeCapabilities);
+    if (host_root && !mapped_range_)
+        log::warn("sandbox: root without CAP_SYS_ADMIN, CAP_SETUID and CAP_SETGID (in a container?): serving as a "
+                  "user's daemon does; its sandboxes' root is this root, with an owner's rights over its files");
     if (auto host = detect_cgroup_layout()) {
         if (auto layout = sandbox_cgroups(*host)) {
             layout_ = std::move(*layout);
@@ -216,6 +229,9 @@ Result<void> Server::setup() {
         }
     }
     limits_ = limit_mechanisms(layout_);
+    // The kernel never counts the host root's processes against RLIMIT_NPROC: a sandbox
+    // whose root is that root (above) has no process limit without the pids controller.
+    limits_.nproc_rlimit_holds = !host_root || mapped_range_;
     if (limits_.cgroups) remove_stale_cgroups(layout_, cgroup_parent_);
     // Searchable: a root daemon's sandbox is an unprivileged uid on the host when it mounts here.
     if (::mkdir(opt_.stage_dir.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("mkdir " + opt_.stage_dir);
