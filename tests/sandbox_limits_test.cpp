@@ -79,3 +79,16 @@ TEST(SandboxRlimits, StandInForTheMissingControllers) {
     EXPECT_EQ(none.address, 0u);
     EXPECT_EQ(none.nproc, 0u);
 }
+
+// The host root's processes are never counted against RLIMIT_NPROC: a sandbox whose root is
+// that root (a daemon in a container without CAP_SYS_ADMIN) has no process limit to claim.
+TEST(SandboxRlimits, NoProcessLimitIsClaimedWhereRlimitNprocDoesNotHold) {
+    LimitMechanisms m = limit_mechanisms(CgroupLayout{});
+    m.nproc_rlimit_holds = false;
+    EXPECT_EQ(m.enforcement(true).pids, "none");
+    EXPECT_EQ(m.enforcement(true).memory, "rlimit");
+    EXPECT_EQ(rlimits_for(m, 64, 32).nproc, 0u);
+    LimitMechanisms with_pids = limit_mechanisms(v2_with("pids"));
+    with_pids.nproc_rlimit_holds = false;
+    EXPECT_EQ(with_pids.enforcement(true).pids, "cgroup");  // the controller holds regardless
+}
