@@ -875,4 +875,11 @@ zygote_stat() {
 	run pm run --rm -e XDG_RUNTIME_DIR=/tmp -v "$fb:/fb:ro" "$PM_IMAGE" sh -c "$script"
 	assert_line --index 0 --partial "while paths of the current /proc are masked"
 	assert_line --index 1 rc=1
+	# A profile that answers clone3 with ENOSYS, as Docker's default does: named too.
+	echo '{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38}]}' \
+		>"$BATS_TEST_TMPDIR/no-clone3.json"
+	run pm run --rm -e XDG_RUNTIME_DIR=/tmp -v "$fb:/fb:ro" --security-opt 'unmask=/proc/*' \
+		--security-opt "seccomp=$BATS_TEST_TMPDIR/no-clone3.json" "$PM_IMAGE" sh -c "$script"
+	assert_line --index 0 --partial "a seccomp filter, as a container engine's default profile, may refuse clone3"
+	assert_line --index 1 rc=1
 }

@@ -137,6 +137,12 @@ Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind, int 
     int pidfd = -1;
     // CLONE_PARENT: the service's child, not ours.
     pid_t pid = sys::clone3_fork(CLONE_PARENT | CLONE_NEWUSER | CLONE_NEWPID, cgroup_fd, &pidfd);
+    if (pid < 0 && (errno == ENOSYS || errno == EPERM))
+        // Docker's default seccomp profile answers clone3 with ENOSYS and refuses new user
+        // namespaces without CAP_SYS_ADMIN (README, "Inside a container").
+        return sys_error("clone the sandbox's user and pid namespaces (a seccomp filter, as a container engine's "
+                         "default profile, may refuse clone3 or user namespaces: run the container with a profile "
+                         "that allows them, e.g. --security-opt seccomp=unconfined)");
     if (pid < 0) return sys_error("clone the sandbox");
     if (pid == 0) {
         if (prefault::pays()) prefault::populate_text();
