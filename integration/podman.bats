@@ -846,31 +846,37 @@ zygote_stat() {
 # ---------------------------------------------------------------------------------------
 # forkbox's sandbox daemon inside a container
 
-# Root in a container holds no CAP_SYS_ADMIN (podman's default): the daemon serves as a
-# user's daemon does (user namespaces of its own id), claims no process limit the kernel
-# would not apply (RLIMIT_NPROC does not count root's processes), and a masked /proc, which
-# forbids the sandbox's own proc, is named in the error. The sandbox runs in the image.
-@test "forkbox daemon inside a podman container: sandboxes as a user's daemon makes them, once /proc is unmasked" {
+# Root in a container holds CAP_SETUID but no CAP_SYS_ADMIN (podman's default): the daemon
+# keeps sandboxes of a private id range (the container's root-owned files are no one's in
+# them, processes count against RLIMIT_NPROC) whose embryos build their roots as a user's
+# do; a user in the container gets a user's daemon. A masked /proc, which forbids the
+# sandbox's own proc, and a seccomp profile refusing clone3 are named in the error.
+@test "forkbox daemon inside a podman container: root's sandboxes of a private id range, a user's as a user's daemon makes them" {
 	skip_if_runc "the daemon is forkbox's"
 	local fb script
 	fb=$(readlink -f "$FORKBOX")
-	script='/fb daemon --socket /tmp/s.sock 2>/tmp/err & i=0
+	script='{ echo secret >/etc/secret && chmod 0600 /etc/secret; } 2>/dev/null
+		/fb daemon --socket /tmp/s.sock 2>/tmp/err & i=0
 		while [ ! -S /tmp/s.sock ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-		/fb sandbox --socket /tmp/s.sock -- sh -c "echo inside; id -u; echo x >/tmp/w && cat /tmp/w"; echo "rc=$?"
+		/fb sandbox --socket /tmp/s.sock -- sh -c "echo inside; id -u; echo x >/tmp/w && cat /tmp/w; cat /etc/secret 2>/dev/null || echo denied"
+		echo "rc=$?"
 		/fb sandbox --socket /tmp/s.sock --info; kill %1; wait'
 	run pm run --rm -e XDG_RUNTIME_DIR=/tmp -v "$fb:/fb:ro" --security-opt 'unmask=/proc/*' "$PM_IMAGE" sh -c "$script"
 	assert_success
 	assert_line --index 0 inside
 	assert_line --index 1 0
 	assert_line --index 2 x
-	assert_line --index 3 rc=0
-	local info=${lines[4]}
-	[[ $(jq -r '.mode + " " + .limits.pids + " " + .limits.memory' <<<"$info") == "rootless none rlimit" ]] || fail "info: $info"
-	# As an unprivileged user in the container the process rlimit holds.
+	assert_line --index 3 denied
+	assert_line --index 4 rc=0
+	local info=${lines[5]}
+	[[ $(jq -r '[.mode, .idmapped_lower, .limits.pids, .limits.memory] | join(" ")' <<<"$info") == "root false rlimit rlimit" ]] ||
+		fail "info: $info"
+	# A user in the container: a user's daemon.
 	run pm run --rm --user 1000:1000 -e XDG_RUNTIME_DIR=/tmp -v "$fb:/fb:ro" --security-opt 'unmask=/proc/*' "$PM_IMAGE" sh -c "$script"
 	assert_success
 	assert_line --index 1 0
-	[[ $(jq -r '.limits.pids' <<<"${lines[4]}") == rlimit ]] || fail "info: ${lines[4]}"
+	assert_line --index 4 rc=0
+	[[ $(jq -r '.mode + " " + .limits.pids' <<<"${lines[5]}") == "rootless rlimit" ]] || fail "info: ${lines[5]}"
 	# podman's masked /proc: every sandbox fails, saying why.
 	run pm run --rm -e XDG_RUNTIME_DIR=/tmp -v "$fb:/fb:ro" "$PM_IMAGE" sh -c "$script"
 	assert_line --index 0 --partial "while paths of the current /proc are masked"

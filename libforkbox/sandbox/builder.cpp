@@ -199,14 +199,14 @@ Result<void> Builder::parent_side(pid_t pid, const SandboxKind& kind, const Plan
     // embryo builds its root itself (embryo.cpp).
     unique_fd lower;
     lower_kind = "none";
-    if (c_.mapped_range && member_lower) {  // open_as_member's, idmapped already
+    if (c_.daemon_lower && member_lower) {  // open_as_member's, idmapped already
         lower = std::move(member_lower);
         mount_attr attr{};
         attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
         if (::syscall(SYS_mount_setattr, lower.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) < 0)
             return sys_error("make the sandbox root " + kind.rootfs + " read-only");
         lower_kind = "member's";
-    } else if (c_.mapped_range) {
+    } else if (c_.daemon_lower) {
         unique_fd userns(::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
         std::string root = kind.rootfs.empty() ? "/" : kind.rootfs;
         lower.reset(static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, root.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));

@@ -37,7 +37,11 @@ struct BuilderConfig {
     // Where sandboxes' cgroups go, relative to each hierarchy's root: /forkbox-sandbox
     // for a root daemon, under its own (delegated) cgroup for a user's.
     std::string cgroup_parent;
-    bool mapped_range = false;  // a root daemon
+    bool mapped_range = false;  // a root daemon: sandboxes of a private range of 65536 ids
+    // A root daemon with CAP_SYS_ADMIN opens (and idmaps) each sandbox's lower layer; one
+    // without it (root in a container) leaves its embryos to build their roots, as a
+    // user's daemon does.
+    bool daemon_lower = false;
     SeccompProgram seccomp;
 };
 

@@ -200,8 +200,7 @@ Result<CgroupLayout> Server::sandbox_cgroups(const CgroupLayout& host) {
 }
 
 // What a root daemon needs for sandboxes of a private id range (Server::setup).
-constexpr uint64_t kMappedRangeCapabilities =
-    (uint64_t{1} << CAP_SYS_ADMIN) | (uint64_t{1} << CAP_SETUID) | (uint64_t{1} << CAP_SETGID);
+constexpr uint64_t kIdRangeCapabilities = (uint64_t{1} << CAP_SETUID) | (uint64_t{1} << CAP_SETGID);
 
 Result<void> Server::setup() {
     FB_ASSIGN(signals_, daemon_signalfd());
@@ -213,14 +212,20 @@ Result<void> Server::setup() {
     watch(handoff_, EPOLLIN, Watch::Handoff, 0);
     watch(listener_, EPOLLIN, Watch::Listener, 0);
 
-    // A private range of ids, idmapped layers and cgroups need root of the host's user
-    // namespace with its capabilities. Root in a container without CAP_SYS_ADMIN (Docker's
-    // and podman's default) serves as a user's daemon does: user namespaces of its own id.
+    // A private range of ids needs root of the host's user namespace with CAP_SETUID and
+    // CAP_SETGID; opening and idmapping the sandboxes' lower layer, CAP_SYS_ADMIN too. Root
+    // in a container (Docker's and podman's default: no CAP_SYS_ADMIN) keeps the range and
+    // leaves its embryos to build their roots as a user's do; without the range it serves as
+    // a user's daemon does, in user namespaces of its own id.
     bool host_root = ::geteuid() == 0 && !rootless_mode().in_user_namespace;
-    mapped_range_ = host_root && holds_capabilities(kMappedRangeCapabilities);
-    if (host_root && !mapped_range_)
-        log::warn("sandbox: root without CAP_SYS_ADMIN, CAP_SETUID and CAP_SETGID (in a container?): serving as a "
-                  "user's daemon does; its sandboxes' root is this root, with an owner's rights over its files");
+    mapped_range_ = host_root && holds_capabilities(kIdRangeCapabilities);
+    daemon_lower_ = mapped_range_ && holds_capabilities(uint64_t{1} << CAP_SYS_ADMIN);
+    if (mapped_range_ && !daemon_lower_)
+        log::warn("sandbox: root without CAP_SYS_ADMIN (in a container?): sandboxes of a private id range build their "
+                  "roots as a user's daemon's do: the host's files keep owners they do not map");
+    else if (host_root && !mapped_range_)
+        log::warn("sandbox: root without CAP_SETUID and CAP_SETGID: serving as a user's daemon does; its sandboxes' "
+                  "root is this root, with an owner's rights over its files");
     if (auto host = detect_cgroup_layout()) {
         if (auto layout = sandbox_cgroups(*host)) {
             layout_ = std::move(*layout);
@@ -244,6 +249,7 @@ Result<void> Server::setup() {
     config.limits = limits_;
     config.cgroup_parent = cgroup_parent_;
     config.mapped_range = mapped_range_;
+    config.daemon_lower = daemon_lower_;
     // The profile is compiled once; every embryo loads the same program.
     FB_ASSIGN(config.seccomp, compile_seccomp(*sandbox_spec({}, {}).linux->seccomp));
     FB_ASSIGN(builder_, start_builder(config));
@@ -294,6 +300,7 @@ Result<std::string> Server::sandbox_rootfs(const std::string& requested, const s
 // daemon's own user, or a request that names no host path (so members share pools).
 Result<std::optional<HostIdentity>> Server::member_identity(bool names_host_paths, uid_t peer, int conn) const {
     if (!names_host_paths || peer == euid_) return std::nullopt;
+    if (!daemon_lower_) return fail(EPERM, "a group member's mounts and rootfs need a daemon with CAP_SYS_ADMIN (idmapped mounts)");
     auto who = peer_identity(conn);
     if (!who) return std::unexpected(who.error().wrap("the caller's identity"));
     return who;
@@ -532,7 +539,7 @@ std::string Server::info_json() {
     w.key("pid").value(static_cast<int64_t>(::getppid()));  // the daemon's
     w.key("service_pid").value(static_cast<int64_t>(::getpid()));
     w.key("mode").value(mapped_range_ ? "root" : "rootless");
-    w.key("idmapped_lower").value(mapped_range_ && idmapped_lower_);
+    w.key("idmapped_lower").value(daemon_lower_ && idmapped_lower_);
     w.key("rootfs").value(opt_.rootfs.empty() ? std::string("/") : opt_.rootfs);  // the default lower layer
     // How a session is paused (and held still for a fork): its cgroup's freezer, or SIGSTOP.
     w.key("freezer").value(has_freezer() ? "cgroup" : "signal");

@@ -312,6 +312,7 @@ private:
     ServerOptions opt_;
     unique_fd epoll_, signals_, dev_null_, builder_;
     bool mapped_range_ = false;  // a root daemon
+    bool daemon_lower_ = false;  // ... with CAP_SYS_ADMIN (BuilderConfig::daemon_lower)
     std::string cgroup_parent_;  // relative to each hierarchy's root (BuilderConfig)
     uid_t euid_ = ::geteuid();
     LimitMechanisms limits_;  // cgroups, or rlimits where the host lacks a controller
