@@ -869,6 +869,30 @@ secret"
 	assert_failure
 }
 
+# Root in a container holds no CAP_SYS_ADMIN (podman.bats runs the daemon in one): the
+# private id range stays, the embryos build their roots as a user's do, and the host's
+# files keep owners the sandbox does not map.
+@test "sandbox: a root daemon without CAP_SYS_ADMIN keeps its id range; its sandboxes build their own roots" {
+	local sock=$TDIR/nosysadmin.sock
+	setpriv --bounding-set=-sys_admin "$SB_FB" daemon --socket "$sock" </dev/null >/dev/null 2>"$sock.err" 3>&- 4>&- &
+	EXTRA_PIDS+=("$!")
+	wait_for_socket "$sock" root
+	run --separate-stderr timeout 30 "$SB_FB" sandbox --socket "$sock" -- sh -c 'id -u; head -c1 /etc/shadow || echo denied; echo w >/tmp/w && cat /tmp/w; cat /proc/self/uid_map'
+	assert_success
+	assert_line --index 0 0
+	assert_line --index 1 denied
+	assert_line --index 2 w
+	[[ ${lines[3]} =~ ^\ *0\ +[0-9]+\ +65536$ ]] || fail "uid_map: ${lines[3]}"
+	run "$SB_FB" sandbox --socket "$sock" --info
+	assert_success
+	[[ $(jq -r '.mode + " " + (.idmapped_lower | tostring)' <<<"$output") == "root false" ]] || fail "info: $output"
+	grep -q "root without CAP_SYS_ADMIN" "$sock.err" || fail "no warning: $(cat "$sock.err")"
+	# Without CAP_SETUID it would be a user's daemon with root's rights: no --allow-group then.
+	run --separate-stderr setpriv --bounding-set=-setuid,-setgid "$SB_FB" daemon --socket "$TDIR/nosetuid.sock" --allow-group 0
+	assert_failure
+	assert_stderr_contains "--allow-group needs a root daemon (with CAP_SETUID and CAP_SETGID)"
+}
+
 @test "sandbox: a user's daemon refuses --allow-group (the members would get that user's rights)" {
 	rl_setup_user || fail "cannot make the test user"
 	export RL_PATH=/usr/sbin:/usr/bin:/sbin:/bin
