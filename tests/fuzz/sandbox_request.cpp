@@ -1,8 +1,9 @@
 // The sandbox protocol as the daemon reads it (sandbox/request.hpp): the first message
-// ("sandbox/1 run\n{...}") split, the run request parsed with the daemon's defaults, and the
-// release an embryo decodes (sandbox/embryo.hpp). Properties: a parsed request has a
-// command, an absolute cwd and mounts only where a sandbox may have them; its release
-// reaches the embryo unchanged; a release that decodes encodes to one that decodes the same.
+// ("sandbox/1 run\n{...}") split, the run and file requests parsed (the run with the
+// daemon's defaults), and the release an embryo decodes (sandbox/embryo.hpp). Properties: a
+// parsed request has a command, an absolute cwd and mounts only where a sandbox may have
+// them; its release reaches the embryo unchanged; a release that decodes encodes to one that
+// decodes the same; a file request's paths are clean and reach the sandbox unchanged.
 #include <stdexcept>
 
 #include "libforkbox/plan/plan.hpp"
@@ -42,12 +43,26 @@ void check_request(const RunRequest& r) {
     FUZZ_CHECK(decoded && *decoded == release, "the release of a request does not decode to itself");
 }
 
+// A file verb: its paths clean and absolute, `to` for a rename alone, and what the service
+// sends the sandbox's init decodes to the same request.
+void check_file_request(const FileRequest& f) {
+    auto clean = [](const std::string& p) { return check_sandbox_path(p).value_or("") == p; };
+    FUZZ_CHECK(clean(f.path), "file path " + f.path);
+    FUZZ_CHECK((f.op == FileOp::Rename) == !f.to.empty(), "rename's new path");
+    FUZZ_CHECK(f.to.empty() || clean(f.to), "rename to " + f.to);
+    auto decoded = FileRequest::decode(f.encode());
+    FUZZ_CHECK(decoded && *decoded == f, "a file request does not decode to itself");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string_view text = fuzz::as_text(data, size);
     if (auto first = split_first_message(text)) {
         Defaults defaults;
+        if (first->verb == "file") {
+            if (auto f = parse_file_request(first->body)) check_file_request(f->file);
+        }
         if (first->verb == "run") {
             if (auto r = parse_run_request(first->body, defaults)) check_request(*r);
             defaults.max_timeout_ms = 1000;
