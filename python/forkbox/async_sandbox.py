@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Dict, List
 
 from ._protocol import Exchange, OutputCallback, StdinData, chunk_of, kill_message, stdin_messages
 from ._transport import AsyncChannel, BusyRetry
-from .errors import ForkboxError, InvalidRequest, SandboxClosed, WaitTimeout
+from .errors import FileError, ForkboxError, InvalidRequest, SandboxClosed, WaitTimeout
 from .result import Change, FileInfo, RunResult
 from ._session import SandboxBase, StreamItem, Call, check_callback, file_bytes
 
@@ -203,7 +203,7 @@ class AsyncSandbox(SandboxBase):
         """:meth:`forkbox.Sandbox.exists`."""
         try:
             await self.stat(path)
-        except FileNotFoundError:
+        except FileError:
             return False
         return True
 

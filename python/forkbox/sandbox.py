@@ -22,7 +22,7 @@ from typing import (
 from ._protocol import Exchange, OutputCallback, StdinData, chunk_of, kill_message, stdin_messages
 from ._session import SandboxBase, StreamItem, Call, check_callback, file_bytes
 from ._transport import BusyRetry, Channel
-from .errors import ForkboxError, InvalidRequest, SandboxClosed, WaitTimeout
+from .errors import FileError, ForkboxError, InvalidRequest, SandboxClosed, WaitTimeout
 from .result import Change, FileInfo, RunResult
 
 if TYPE_CHECKING:
@@ -296,15 +296,16 @@ class Sandbox(SandboxBase):
         return info
 
     def exists(self, path: str) -> bool:
-        """Whether ``path`` names an entry in the sandbox (a dangling symlink exists).
+        """Whether ``path`` names an entry in the sandbox (a dangling symlink exists); False
+        when the lookup fails inside the sandbox, as ``os.path.exists`` (a missing path, a
+        file where a directory should be, a directory it may not search).
 
         Raises:
-            FileError: the lookup failed otherwise (e.g. a :class:`NotADirectoryError`).
             InvalidRequest, SandboxClosed: as :meth:`write_file`.
         """
         try:
             self.stat(path)
-        except FileNotFoundError:
+        except FileError:
             return False
         return True
 
