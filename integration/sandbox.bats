@@ -847,22 +847,45 @@ secret"
 }
 
 # Membership by a supplementary group, as the kernel knew the peer's groups when it
-# connected (SO_PEERGROUPS); its binds are looked up with those groups too.
-@test "sandbox: a member by a supplementary group is served, and its binds are looked up with its groups" {
+# connected (SO_PEERGROUPS); its binds are looked up with those groups, and the group's
+# files in them keep the group's rights inside (member_groups_inside).
+@test "sandbox: a member by a supplementary group is served, and its binds carry its groups' rights" {
 	rl_setup_user || fail "cannot make the test user"
 	local group=47113
 	getent group "$group" >/dev/null && skip "gid $group is taken here"
-	mkdir -p "$TDIR/shared" "$TDIR/bygroup/work"
+	mkdir -p "$TDIR/shared" "$TDIR/bygroup/work/team"
 	chgrp "$group" "$TDIR/shared" "$TDIR/bygroup" && chmod 0750 "$TDIR/shared" "$TDIR/bygroup"
 	chown "$RL_UID:$RL_GID" "$TDIR/bygroup/work"
 	echo reached >"$TDIR/bygroup/work/f" && chown "$RL_UID:$RL_GID" "$TDIR/bygroup/work/f"
+	# A team directory: root's, the group's (setgid), with a file the group may read and edit.
+	chgrp "$group" "$TDIR/bygroup/work/team" && chmod 2770 "$TDIR/bygroup/work/team"
+	echo shared >"$TDIR/bygroup/work/team/doc" && chgrp "$group" "$TDIR/bygroup/work/team/doc" && chmod 0660 "$TDIR/bygroup/work/team/doc"
+	echo ours >"$TDIR/bygroup/work/ours" && chown "$RL_UID:$group" "$TDIR/bygroup/work/ours" && chmod 0660 "$TDIR/bygroup/work/ours"
 	chmod 0755 "$TDIR"
 	local sock=$TDIR/shared/forkbox.sock
 	start_daemon_as_root "$sock" --allow-group "$group"
 	member() { env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin setpriv --reuid "$RL_UID" --regid "$RL_GID" --groups "$RL_GID,$group" "$@"; }
-	run --separate-stderr member timeout 30 "$SB_FB" sandbox --socket "$sock" -v "$TDIR/bygroup/work:/w" -- cat /w/f
+	# The group's read and search rights hold; a write to what root owns does not: an
+	# idmapped mount refuses writes to inodes whose owner it does not map.
+	run --separate-stderr member timeout 30 "$SB_FB" sandbox --socket "$sock" -v "$TDIR/bygroup/work:/w:rw" -- sh -c \
+		'cat /w/f; id -G; stat -c "%g %a" /w/team; ls /w/team; cat /w/team/doc; stat -c "%u %g" /w/ours
+		echo more >>/w/ours && echo "ours: written"; echo edited >>/w/team/doc || echo "doc: refused"'
 	assert_success
-	assert_output reached
+	assert_output "reached
+0 $group
+$group 2770
+doc
+shared
+0 $group
+ours: written
+doc: refused"
+	[[ $(cat "$TDIR/bygroup/work/team/doc") == shared ]] || fail "doc: $(cat "$TDIR/bygroup/work/team/doc")"
+	[[ $(stat -c '%u:%g' "$TDIR/bygroup/work/ours") == "$RL_UID:$group" ]] || fail "ours: $(stat -c '%u:%g' "$TDIR/bygroup/work/ours")"
+	# Only a request naming host paths carries the member's groups: a plain one holds none
+	# (its sandbox is from the pool members share).
+	run --separate-stderr member timeout 30 "$SB_FB" sandbox --socket "$sock" -- id -G
+	assert_success
+	assert_output 0
 	# Without the group: not served at all.
 	run --separate-stderr env -i PATH=/usr/bin:/bin setpriv --reuid "$RL_UID" --regid "$RL_GID" --clear-groups \
 		timeout 30 "$SB_FB" sandbox --socket "$TDIR/shared/forkbox.sock" -- true

@@ -336,3 +336,12 @@ TEST(SandboxProfileOptions, HideTheSocketsDirectoryUnlessHiddenAnyway) {
     EXPECT_TRUE(profile_options(o, false).hidden.empty());
     EXPECT_EQ(profile_options(o, false).root, "/run/forkbox-sandbox/root");
 }
+
+TEST(SandboxMemberGroups, KeepTheirNumbersBelow65536ButRootAndThePrimaryGroup) {
+    HostIdentity m{1000, 100, {27, 100, 0, 70000, 4, 27, 65535}};
+    EXPECT_EQ(member_groups_inside(m), (std::vector<gid_t>{4, 27, 65535}));
+    HostIdentity many{1000, 1000, {}};
+    for (gid_t g = 1; g <= 100; ++g) many.groups.push_back(g);
+    EXPECT_EQ(member_groups_inside(many).size(), 64u);
+    EXPECT_TRUE(member_groups_inside(HostIdentity{1000, 1000, {1000}}).empty());
+}

@@ -78,8 +78,9 @@ private:
 
 // A group member's binds and chosen root: looked up and cloned with the member's own
 // rights, then idmapped so that what the member owns is the sandbox root's (uid and gid 0
-// inside) and everything else belongs to no one the sandbox knows: its root reaches those
-// files only as others may, never with a capability.
+// inside), its groups' files keep their groups (member_groups_inside: the sandbox's
+// processes hold them), and everything else belongs to no one the sandbox knows: its root
+// reaches those files only as others may, never with a capability.
 Result<Builder::MemberTrees> Builder::open_as_member(const Plan& plan, const SandboxKind& kind) {
     const HostIdentity& member = *kind.member;
     MemberTrees trees;
@@ -95,8 +96,9 @@ Result<Builder::MemberTrees> Builder::open_as_member(const Plan& plan, const San
             if (!trees.lower) return sys_error("open_tree " + kind.rootfs);
         }
     }
-    FB_ASSIGN(unique_fd userns, new_user_namespace({oci::IdMapping{member.uid, c_.options.uid_base, 1}},
-                                                   {oci::IdMapping{member.gid, c_.options.uid_base, 1}}));
+    std::vector<oci::IdMapping> gids = {oci::IdMapping{member.gid, c_.options.uid_base, 1}};
+    for (gid_t g : member_groups_inside(member)) gids.push_back(oci::IdMapping{g, c_.options.uid_base + g, 1});
+    FB_ASSIGN(unique_fd userns, new_user_namespace({oci::IdMapping{member.uid, c_.options.uid_base, 1}}, gids));
     for (size_t i = 0; i < trees.binds.size(); ++i)
         if (trees.binds[i]) FB_TRY(idmap_tree(trees.binds[i].get(), userns.get(), true, plan.mounts[i].source));
     if (trees.lower) FB_TRY(idmap_tree(trees.lower.get(), userns.get(), false, kind.rootfs));

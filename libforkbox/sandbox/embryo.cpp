@@ -281,7 +281,11 @@ Result<void> enter_namespaces(const EmbryoSetup& s) {
     const Plan& plan = *s.plan;
     FB_TRY_CTX(join_v1_cgroups(s.cgroup_task_fds), "sandbox cgroups");
     FB_TRY(check(::setresgid(0, 0, 0) == 0, "setresgid 0"));
-    if (s.mapped_range) FB_TRY(check(::setgroups(0, nullptr) == 0, "setgroups"));
+    if (s.mapped_range) {
+        // None of the daemon's groups; a member's own (builder.cpp: open_as_member).
+        std::vector<gid_t> groups = s.kind && s.kind->member ? member_groups_inside(*s.kind->member) : std::vector<gid_t>{};
+        FB_TRY(check(::setgroups(groups.size(), groups.data()) == 0, "setgroups"));
+    }
     FB_TRY(check(::setresuid(0, 0, 0) == 0, "setresuid 0"));
     // The kernel clears the death signal on a change of credentials: armed again, or a
     // one-shot run (whose pid 1 waits for its command, not on the control socket) would

@@ -94,4 +94,14 @@ Result<Plan> sandbox_plan(const SandboxKind& kind, const ProfileOptions& options
     return make_plan(spec, PlanOptions{"sandbox", options.root});
 }
 
+std::vector<gid_t> member_groups_inside(const HostIdentity& member) {
+    std::vector<gid_t> out;
+    for (gid_t g : member.groups)
+        if (g != 0 && g != member.gid && g < 65536) out.push_back(g);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    if (out.size() > 64) out.resize(64);
+    return out;
+}
+
 }  // namespace forkbox::sandbox

@@ -51,6 +51,12 @@ struct ProfileOptions {
 // file costs no block but ~1 KiB of kernel memory, which only a root daemon's cgroup bounds.
 constexpr uint64_t tmpfs_inode_cap(uint64_t size_kib) { return std::max<uint64_t>(size_kib / 4, 1024); }
 
+// A member's supplementary groups as its sandbox has them (SandboxKind::member): each gid
+// of the member's below 65536 but 0 and its primary group keeps its number inside (mapped
+// to uid_base + gid), so that group-owned files in its binds and chosen root keep their
+// group's rights; at most 64, sorted.
+std::vector<gid_t> member_groups_inside(const HostIdentity& member);
+
 // Docker's default capability set, given inside the sandbox's user namespace.
 const std::vector<std::string>& docker_default_capabilities();
 
