@@ -232,7 +232,7 @@ FUZZ_UNUSED_SRCS := libforkbox/features.cpp libforkbox/seccomp/cache.cpp \
 	$(addprefix libforkbox/container/,container.cpp create.cpp events.cpp exec.cpp init.cpp run.cpp seccomp_agent.cpp) \
 	$(addprefix libforkbox/process/,exec_guard.cpp foreground.cpp hooks.cpp process.cpp sync.cpp terminal.cpp) \
 	$(addprefix libforkbox/sandbox/,builder.cpp client.cpp server.cpp) libforkbox/zygote/daemon.cpp \
-	oci/default_seccomp.cpp oci/spec_template.cpp
+	oci/spec_template.cpp
 FUZZ_LIB_SRCS := $(filter-out $(FUZZ_UNUSED_SRCS),$(LIB_SRCS))
 FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.cpp=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
