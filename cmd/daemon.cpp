@@ -1,5 +1,4 @@
 #include <grp.h>
-#include <linux/capability.h>
 
 #include <cstdlib>
 #include <iostream>
@@ -7,7 +6,6 @@
 #include "cmd/common.hpp"
 #include "libforkbox/container/state.hpp"
 #include "libforkbox/plan/plan.hpp"
-#include "libforkbox/process/caps.hpp"
 #include "libforkbox/process/rootless.hpp"
 #include "libforkbox/seccomp/cache.hpp"
 #include "libforkbox/zygote/daemon.hpp"
@@ -93,9 +91,7 @@ int cmd_daemon(const Globals& g, const std::vector<std::string>& args) {
     if (o.sandbox.defaults.memory_mb == 0 || o.sandbox.defaults.pids == 0 || o.sandbox.upper_size_mb == 0)
         return report("--memory-mb, --pids and --tmpfs-mb must be positive");
     // A user's sandboxes read the host with that user's rights: the group's members would get them.
-    // Root without CAP_SETUID and CAP_SETGID serves as a user's daemon does (sandbox/server.cpp).
-    constexpr uint64_t kIdRange = (uint64_t{1} << CAP_SETUID) | (uint64_t{1} << CAP_SETGID);
-    if (!allow_groups.empty() && (::geteuid() != 0 || rootless_mode().in_user_namespace || !holds_capabilities(kIdRange)))
+    if (!allow_groups.empty() && !sandbox::can_map_id_range())
         return report("--allow-group needs a root daemon (with CAP_SETUID and CAP_SETGID): a user's daemon would give "
                       "the group's members that user's rights over the host's files");
     for (const auto& g : allow_groups) {

@@ -624,26 +624,32 @@ Result<void> mount_dev_console(int pty_fd) {
     return attach_tree(tree.get(), console.get(), "the terminal on /dev/console");
 }
 
-Result<std::vector<unique_fd>> open_bind_sources(const Plan& plan, bool idmapped_only) {
+namespace {
+// resolve: openat2's RESOLVE_* flags for the lookup, 0 for open_tree's own (one call less).
+Result<std::vector<unique_fd>> clone_bind_sources(const Plan& plan, bool idmapped_only, uint64_t resolve) {
     std::vector<unique_fd> trees(plan.mounts.size());
     for (size_t i = 0; i < plan.mounts.size(); ++i) {
         const MountStep& m = plan.mounts[i];
         if (m.kind != MountKind::Bind || (idmapped_only && !m.idmap)) continue;
-        FB_ASSIGN(trees[i], clone_tree(AT_FDCWD, m.source.c_str(), m.recursive_bind, "bind mount source " + m.source));
+        std::string what = "bind mount source " + m.source;
+        if (!resolve) {
+            FB_ASSIGN(trees[i], clone_tree(AT_FDCWD, m.source.c_str(), m.recursive_bind, what));
+            continue;
+        }
+        unique_fd source(sys::openat2(AT_FDCWD, m.source.c_str(), O_PATH | O_CLOEXEC, 0, resolve));
+        if (!source) return sys_error(what);
+        FB_ASSIGN(trees[i], clone_tree(source.get(), "", m.recursive_bind, what));
     }
     return trees;
 }
+}  // namespace
+
+Result<std::vector<unique_fd>> open_bind_sources(const Plan& plan, bool idmapped_only) {
+    return clone_bind_sources(plan, idmapped_only, 0);
+}
 
 Result<std::vector<unique_fd>> open_bind_sources_no_magic_links(const Plan& plan) {
-    std::vector<unique_fd> trees(plan.mounts.size());
-    for (size_t i = 0; i < plan.mounts.size(); ++i) {
-        const MountStep& m = plan.mounts[i];
-        if (m.kind != MountKind::Bind) continue;
-        unique_fd source(sys::openat2(AT_FDCWD, m.source.c_str(), O_PATH | O_CLOEXEC, 0, RESOLVE_NO_MAGICLINKS));
-        if (!source) return sys_error("bind mount source " + m.source);
-        FB_ASSIGN(trees[i], clone_tree(source.get(), "", m.recursive_bind, "bind mount source " + m.source));
-    }
-    return trees;
+    return clone_bind_sources(plan, false, RESOLVE_NO_MAGICLINKS);
 }
 
 Result<void> idmap_tree(int tree, int userns_fd, bool recursive, const std::string& what) {

@@ -2,12 +2,12 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/mount.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/epoll.h>
-#include <linux/capability.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -38,10 +38,10 @@
 #include "libforkbox/cgroup/delegation.hpp"
 #include "libforkbox/cgroup/oom.hpp"
 #include "libforkbox/cgroup/resources.hpp"
-#include "libforkbox/process/caps.hpp"
-#include "libforkbox/process/credentials.hpp"
 #include "libforkbox/cgroup/stats.hpp"
 #include "libforkbox/mount/rootfs.hpp"
+#include "libforkbox/process/caps.hpp"
+#include "libforkbox/process/credentials.hpp"
 #include "libforkbox/process/landlock.hpp"
 #include "libforkbox/process/pidfd.hpp"
 #include "libforkbox/process/rootless.hpp"
@@ -199,9 +199,6 @@ Result<CgroupLayout> Server::sandbox_cgroups(const CgroupLayout& host) {
     return layout;
 }
 
-// What a root daemon needs for sandboxes of a private id range (Server::setup).
-constexpr uint64_t kIdRangeCapabilities = (uint64_t{1} << CAP_SETUID) | (uint64_t{1} << CAP_SETGID);
-
 Result<void> Server::setup() {
     FB_ASSIGN(signals_, daemon_signalfd());
     epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
@@ -218,7 +215,7 @@ Result<void> Server::setup() {
     // leaves its embryos to build their roots as a user's do; without the range it serves as
     // a user's daemon does, in user namespaces of its own id.
     bool host_root = ::geteuid() == 0 && !rootless_mode().in_user_namespace;
-    mapped_range_ = host_root && holds_capabilities(kIdRangeCapabilities);
+    mapped_range_ = can_map_id_range();
     daemon_lower_ = mapped_range_ && holds_capabilities(uint64_t{1} << CAP_SYS_ADMIN);
     if (mapped_range_ && !daemon_lower_)
         log::warn("sandbox: root without CAP_SYS_ADMIN (in a container?): sandboxes of a private id range build their "
@@ -307,10 +304,14 @@ Result<std::optional<HostIdentity>> Server::member_identity(bool names_host_path
 }
 
 bool Server::peer_allowed(int conn, uid_t& peer) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) return false;
+    peer = cred.uid;
+    if (peer == euid_) return true;  // every request of the owner's: no more than this
+    if (opt_.allowed_groups.empty()) return false;
     auto who = peer_identity(conn);
     if (!who) return false;
-    peer = who->uid;
-    if (peer == euid_) return true;
     for (gid_t g : opt_.allowed_groups)
         if (who->gid == g || std::find(who->groups.begin(), who->groups.end(), g) != who->groups.end()) return true;
     return false;
@@ -1726,6 +1727,11 @@ int Server::run() {
 int serve_sandboxes(int handoff, int listener, const ServerOptions& options) {
     Server s(handoff, listener, options);
     return s.run();
+}
+
+bool can_map_id_range() {
+    return ::geteuid() == 0 && !rootless_mode().in_user_namespace &&
+           holds_capabilities((uint64_t{1} << CAP_SETUID) | (uint64_t{1} << CAP_SETGID));
 }
 
 Result<std::string> resolve_sandbox_rootfs(const std::string& path) {

@@ -47,6 +47,11 @@ void enter_delegated_v2_cgroup(ServerOptions& options);
 // (realpath), "" for the host's root itself.
 Result<std::string> resolve_sandbox_rootfs(const std::string& path);
 
+// Whether this process may give sandboxes a private range of ids: root of the host's user
+// namespace with CAP_SETUID and CAP_SETGID. Root without them serves as a user's daemon
+// does (its sandboxes' root is this root), and takes no --allow-group.
+bool can_map_id_range();
+
 // Accepts on `listener` (the daemon's socket, non-blocking): sandbox requests are served
 // here, zygote requests handed to the daemon over `handoff` ("z" + the fd), which can hand
 // connections here too ("c" + fd). Serves until SIGTERM or SIGINT (or until `handoff`

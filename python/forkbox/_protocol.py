@@ -456,24 +456,24 @@ def chunk_of(msg: bytes) -> Optional[OutputChunk]:
 KINDS = ("run", "info", "object", "read", "list", "stat", "diff", "sessions")
 
 
-def _json_list(data: bytes, what: str) -> List[Any]:
+def _json_of(data: bytes, what: str, kind: type, kind_name: str) -> Any:
     try:
         value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: nested too deep
         raise ProtocolError(f"daemon sent a {what} that is not JSON: {data[:200]!r} ({e})") from None
-    if not isinstance(value, list):
-        raise ProtocolError(f"daemon sent a {what} that is not a list: {data[:200]!r}")
+    if not isinstance(value, kind):
+        raise ProtocolError(f"daemon sent a {what} that is not {kind_name}: {data[:200]!r}")
     return value
+
+
+def _json_list(data: bytes, what: str) -> List[Any]:
+    found: List[Any] = _json_of(data, what, list, "a list")
+    return found
 
 
 def _json_object(data: bytes, what: str) -> Dict[str, Any]:
-    try:
-        value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise ProtocolError(f"daemon sent a {what} that is not JSON: {data[:200]!r} ({e})") from None
-    if not isinstance(value, dict):
-        raise ProtocolError(f"daemon sent a {what} that is not an object: {data[:200]!r}")
-    return value
+    found: Dict[str, Any] = _json_of(data, what, dict, "an object")
+    return found
 
 
 class Exchange:
