@@ -79,11 +79,15 @@ load sandbox-helpers
 # --- isolation ---
 
 @test "sandbox: pid namespace: the command is pid 2 under the sandbox's init and sees only its own processes" {
-	run --separate-stderr sb -- sh -c 'echo $$'
+	run --separate-stderr sb -- /bin/sh -c 'echo $$ $PPID'
 	assert_success
-	assert_output "2"
+	assert_output "2 1"
+	# A line the warm shell does not take (another argv[0]): the command comes after it.
+	run --separate-stderr sb -- sh -c 'echo $$ $PPID'
+	assert_success
+	assert_output "3 1"
 
-	run --separate-stderr sb -- sh -c 'ls /proc'
+	run --separate-stderr sb -- /bin/sh -c 'ls /proc'
 	assert_success
 	local pids
 	pids=$(grep -E '^[0-9]+$' <<<"$output" | sort -n | tr '\n' ' ')
@@ -365,7 +369,7 @@ sys.stdout.write(repr(s.recv(70000)))
 @test "sandbox: 20 concurrent runs all succeed, each in its own pid namespace" {
 	local i pids=()
 	for ((i = 0; i < 20; i++)); do
-		sb -- sh -c 'echo $$' </dev/null >"$TDIR/out.$i" 2>"$TDIR/err.$i" 3>&- 4>&- &
+		sb -- /bin/sh -c 'echo $$' </dev/null >"$TDIR/out.$i" 2>"$TDIR/err.$i" 3>&- 4>&- &
 		pids+=($!)
 	done
 	local failed=()

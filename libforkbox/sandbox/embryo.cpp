@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -21,6 +22,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <climits>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -368,6 +370,8 @@ struct Command {
     bool limit_address = false;
     const char* cwd = nullptr;  // a session's run changes directory in the child
     bool own_group = false;     // a session's run leads a process group of its own
+    bool batch = false;         // starts SCHED_BATCH: a warm shell, made while others run
+    int script_fd = -1;         // a warm shell's script pipe, its fd 3 (above 2 already)
     sigset_t mask{};
 };
 
@@ -416,6 +420,14 @@ pid_t spawn(const Command& c, const int* stdio) {
             exec_errno = errno;
             ::_exit(126);
         }
+    if (c.script_fd >= 0 && ::dup2(c.script_fd, 3) < 0) {
+        exec_errno = errno;
+        ::_exit(126);
+    }
+    if (c.batch) {
+        sched_param none{};
+        ::sched_setscheduler(0, SCHED_BATCH, &none);
+    }
     // The address-space limit binds the command, not this process.
     if (c.limit_address && ::setrlimit(RLIMIT_AS, &c.address) < 0) {
         exec_errno = errno;
@@ -466,6 +478,110 @@ Result<void> drop_every_capability() {
     ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 }
 
+// --- a warm shell ---
+
+// Most of a short shell line's run is the shell's own start (exec, the loader, libc's
+// start-up: ~0.5 ms here, in a sandbox or not). So a pooled embryo starts its shell while it
+// waits for a request: `/bin/sh -c '. /dev/fd/3'` (as SCHED_BATCH) blocks reading a script
+// from a pipe, and a release that fits it is written there as `exec 3<&-; eval 'LINE'`.
+// Only a dash: it runs a -c line as eval runs one (each command in a child, its last one
+// too, so exit codes and signals read the same); a bash or busybox sh execs the last
+// command itself. What differs: the shell's command line, and "eval: " in the shell's own
+// messages ("/bin/sh: 1: eval: nosuch: not found").
+struct WarmShell {
+    pid_t pid = -1;
+    unique_fd script;  // the write end of its fd 3
+};
+WarmShell warm_shell;
+
+bool shell_is_dash() {
+    char resolved[PATH_MAX];
+    if (!::realpath("/bin/sh", resolved)) return false;
+    std::string_view path(resolved);
+    return path.substr(path.rfind('/') + 1) == "dash";
+}
+
+// Started when the embryo gets its output pipes ("N"); stdin is /dev/null.
+void start_warm_shell(int out, int err) {
+    if (!shell_is_dash()) return;
+    int ends[2];
+    if (::pipe2(ends, O_CLOEXEC) < 0) return;
+    unique_fd read_end(ends[0]), write_end(ends[1]);
+    unique_fd script_in(::fcntl(read_end.get(), F_DUPFD_CLOEXEC, 10));  // clear of 0-3 in the child
+    unique_fd null(::open("/dev/null", O_RDWR | O_CLOEXEC));  // as the daemon's
+    if (!script_in || !null) return;
+    Release r;
+    r.argv = {"/bin/sh", "-c", ::access("/dev/fd/3", F_OK) == 0 || errno != ENOENT ? ". /dev/fd/3" : ". /proc/self/fd/3"};
+    r.env = kDefaultEnv;
+    Command c = prepare(r);
+    c.cwd = "/";
+    c.batch = true;
+    c.script_fd = script_in.get();
+    int stdio[3] = {null.get(), out, err};
+    mode_t umask_before = ::umask(022);  // a login's, as run() sets
+    pid_t pid = spawn(c, stdio);
+    ::umask(umask_before);
+    if (pid < 0) return;
+    if (exec_errno) {
+        ::waitpid(pid, nullptr, 0);
+        return;
+    }
+    warm_shell.pid = pid;
+    warm_shell.script = std::move(write_end);
+}
+
+// Killed, and reaped by the caller's wait for its command, or now (`reap`).
+void drop_warm_shell(bool reap) {
+    if (warm_shell.pid < 0) return;
+    ::kill(warm_shell.pid, SIGKILL);
+    if (reap) ::waitpid(warm_shell.pid, nullptr, 0);
+    warm_shell = {};
+}
+
+// A release the warm shell runs exactly as `/bin/sh -c LINE` would: the line, in the
+// default environment and cwd, with every capability the embryo has, no stdin.
+bool fits_warm_shell(const Release& r, int stdin_fd) {
+    if (warm_shell.pid < 0 || r.warm_python || r.drop_all_caps) return false;
+    if (r.argv.size() != 3 || r.argv[0] != "/bin/sh" || r.argv[1] != "-c") return false;
+    if (r.cwd != "/" || r.env != kDefaultEnv) return false;
+    struct stat st{};
+    return ::fstat(stdin_fd, &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3);
+}
+
+std::string single_quoted(std::string_view text) {
+    std::string out = "'";
+    for (char ch : text) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    return out + "'";
+}
+
+// The release's line to the warm shell, under the release's limits.
+[[noreturn]] void run_in_warm_shell(int control, const Release& r, const int* stdio) {
+    pid_t pid = warm_shell.pid;
+    rlimit nproc{r.nproc_limit, r.nproc_limit}, address{r.address_limit, r.address_limit};
+    if (r.nproc_limit && ::prlimit(pid, RLIMIT_NPROC, &nproc, nullptr) < 0) exec_failed(control, errno, "RLIMIT_NPROC");
+    if (r.address_limit && ::prlimit(pid, RLIMIT_AS, &address, nullptr) < 0) exec_failed(control, errno, "RLIMIT_AS");
+    sched_param none{};
+    ::sched_setscheduler(pid, SCHED_OTHER, &none);
+    int64_t used = stage_used();
+    std::string script = "exec 3<&-; eval " + single_quoted(r.argv[2]) + "\n";
+    // A shell that died meanwhile gives EPIPE: an init ignores the SIGPIPE it has no handler for.
+    std::string_view rest(script);
+    while (!rest.empty()) {
+        ssize_t n = ::write(warm_shell.script.get(), rest.data(), rest.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            send_text(control, "X" + std::to_string(errno) + " warm shell: " + std::strerror(errno));
+            ::kill(pid, SIGKILL);
+            break;
+        }
+        rest.remove_prefix(static_cast<size_t>(n));
+    }
+    warm_shell.script.reset();
+    trace::mark("embryo: spawned");
+    for (int i = 0; i < 3; ++i) ::close(stdio[i]);
+    report_end(control, pid, used);
+}
+
 // The sandbox's init from here on: the command runs as its child (pid 2), so it has a
 // process's ordinary signal semantics (pid 1 ignores the signals it has no handler for),
 // and it execs from a vfork child, without tearing down this process's address space on
@@ -478,6 +594,7 @@ Result<void> drop_every_capability() {
         rlimit l{r.nproc_limit, r.nproc_limit};
         if (::setrlimit(RLIMIT_NPROC, &l) < 0) exec_failed(control, errno, "RLIMIT_NPROC");
     }
+    drop_warm_shell(false);
     if (r.drop_all_caps && !drop_every_capability()) exec_failed(control, errno, "drop capabilities");
     Command c = prepare(r);
     int64_t used = stage_used();
@@ -1029,10 +1146,12 @@ void embryo_main(const EmbryoSetup& s) {
         output[0] = std::move(fds[0]);
         output[1] = std::move(fds[1]);
         fds.clear();
+        if (!s.kind || !s.kind->python) start_warm_shell(output[0].get(), output[1].get());
         n = receive_message(control, buf, fds, "sandbox control");
     }
     if (!n || *n < 1) ::_exit(1);
     if (buf[0] == 'L') {
+        drop_warm_shell(true);
         output[0].reset();  // a session's runs have pipes of their own
         output[1].reset();
         // A session: its limits, then its state as it begins (a diff's base) and "l" with
@@ -1063,6 +1182,7 @@ void embryo_main(const EmbryoSetup& s) {
     if (!release) exec_failed(control, EPROTO, "release");
     int stdio[3] = {fds[0].release(), fds[1].release(), fds[2].release()};
     if (release->warm_python && warm_python.pid > 0) run_warm_python(control, *release, stdio);
+    if (fits_warm_shell(*release, stdio[0])) run_in_warm_shell(control, *release, stdio);
     run(control, *release, stdio);
 }
 

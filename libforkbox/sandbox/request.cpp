@@ -10,13 +10,13 @@
 
 namespace forkbox::sandbox {
 
-namespace {
-
-constexpr std::string_view kPrefix = "sandbox/";
-
 const std::vector<std::string> kDefaultEnv = {
     "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "TERM=xterm",
     "LANG=C.UTF-8"};
+
+namespace {
+
+constexpr std::string_view kPrefix = "sandbox/";
 
 // The verb being parsed, for the messages of the helpers below ("create: \"ttl_s\" must ...").
 thread_local std::string_view parsing_verb = "run";

@@ -19,6 +19,9 @@ inline constexpr size_t kMaxRequestBytes = 128 * 1024;
 inline constexpr size_t kMaxFrameData = 64 * 1024;  // after the one-byte tag
 inline constexpr uint64_t kMaxOutputLimit = 64ull << 20;
 
+// A run's environment when its request names none.
+extern const std::vector<std::string> kDefaultEnv;
+
 // Message tags after the first message.
 inline constexpr char kStdinData = 'I', kStdinEnd = 'E', kKill = 'K';
 inline bool is_stdin_or_kill(char tag) { return tag == kStdinData || tag == kStdinEnd || tag == kKill; }

@@ -474,3 +474,28 @@ def test_rootless_session_expiry_and_close_release(user, fresh_user_daemon):
     assert expired and "ttl" in expired, out
     assert after_info.get("sessions") == 0 and after_info.get("live") == 0, after_info
     assert after_info.get("open_fds") == before_info.get("open_fds"), (before_info, after_info)
+
+
+def test_rootless_warm_shell_keeps_the_limits(user):
+    # A user's daemon limits processes and memory by rlimits: the warm shell, started before
+    # the request, gets them from its init then (prlimit), as a shell started for it does.
+    out = user.python("""
+        import time
+        fb = Forkbox()
+        line = "ulimit -a; echo; tr '\\\\0' ' ' </proc/$$/cmdline"
+        def settle():
+            until = time.monotonic() + 10
+            while time.monotonic() < until:
+                pool = fb.info()["pool"]
+                if pool["ready"] >= 1 and pool["building"] == 0:
+                    return
+                time.sleep(0.01)
+        settle()
+        emit(dump(fb.run(line, pids=40, memory_mb=300)))
+        emit(dump(fb.run(argv=["/bin/sh", "-c", line], stdin=b"", pids=40, memory_mb=300)))
+    """)
+    warm, cold = (RunResult.from_reply(d["raw"], base64.b64decode(d["stdout"]), base64.b64decode(d["stderr"])) for d in out)
+    assert warm.ok and cold.ok, (warm, cold)
+    assert warm.stdout.splitlines()[-1].startswith("/bin/sh -c . /"), warm
+    assert warm.stdout.splitlines()[:-1] == cold.stdout.splitlines()[:-1], (warm, cold)
+    assert "process              41" in warm.stdout and "vmemory(kbytes)      307200" in warm.stdout, warm

@@ -1,0 +1,133 @@
+"""The warm shell: a shell line (``Forkbox.run(cmd)``, ``argv=["/bin/sh", "-c", cmd]`` in
+the default environment and cwd, without stdin) runs in a ``/bin/sh`` the sandbox started
+while it waited for the request. It must read exactly as a ``/bin/sh -c`` started for the
+request: the same output, exit code and signal, and only its own messages' "eval: " and its
+command line differ. The reference is the same line with stdin given (b""), which the
+sandbox runs the ordinary way.
+"""
+
+import time
+from typing import Tuple
+
+import pytest
+
+from forkbox import Forkbox, RunResult as Result
+
+LINES = [
+    "true",
+    "false",
+    "exit 7",
+    "echo out; echo err >&2; exit 3",
+    "kill -TERM $$; echo survived",
+    "sh -c 'kill -SEGV $$'",
+    "echo \"it's\" 'a \"b\"' \\\\ $HOME '$HOME' `echo tick` $(echo dollar)",
+    "printf '%s\\n' \"$0\" \"$#\" \"$*\"",
+    "cat <<EOF\nline one\n$HOME and 'quotes'\nEOF\necho after",
+    "cat <<'EOF'\n$HOME stays\nEOF",
+    "echo a \\",
+    "set -e; false; echo not reached",
+    "trap 'echo bye' EXIT; echo hi",
+    "f() { return 4; }; f; echo $?; return 5",
+    "exec echo replaced; echo not reached",
+    "sleep 0.05 & echo background; wait; echo waited",
+    "read x; echo \"[$x] $?\"",
+    "umask; pwd; echo \"$PWD\" \"${OLDPWD-unset}\"",
+    "env | sort",
+    "grep -E '^(Cap|NoNewPrivs|Seccomp)' /proc/self/status",
+    "ulimit -a",
+    "for i in 1 2 3; do echo $i; done | tail -1",
+    "case x in x) echo matched;; esac",
+    "x=1; { x=2; }; (x=3); echo $x",
+    "echo '\u00e9t\u00e9 \u2603'",
+    "echo tab\there",
+    "\n\n# a comment\necho after blank lines",
+    "if true; then\n  echo nested\nfi",
+]
+
+
+def settle(fb: Forkbox) -> None:
+    """Waits for a pooled sandbox: only one made before the request has a warm shell (a
+    run that finds the pool empty starts its shell as the reference does)."""
+    until = time.monotonic() + 10
+    while time.monotonic() < until:
+        pool = fb.info()["pool"]
+        if pool["ready"] >= 1 and pool["building"] == 0:
+            return
+        time.sleep(0.01)
+
+
+def both(fb: Forkbox, line: str) -> Tuple[Result, Result]:
+    settle(fb)
+    warm = fb.run(line, timeout_ms=10_000)
+    cold = fb.run(argv=["/bin/sh", "-c", line], stdin=b"", timeout_ms=10_000)
+    return warm, cold
+
+
+@pytest.mark.parametrize("line", LINES)
+def test_a_line_reads_the_same_in_the_warm_shell(fb: Forkbox, line: str) -> None:
+    warm, cold = both(fb, line)
+    assert (warm.stdout, warm.exit_code, warm.signal) == (cold.stdout, cold.exit_code, cold.signal), (warm, cold)
+    assert warm.stderr == cold.stderr, (warm, cold)
+
+
+def test_the_warm_shell_is_what_runs_a_line(fb: Forkbox) -> None:
+    # Its command line says so; the reference's is the line.
+    warm, cold = both(fb, "tr '\\0' ' ' </proc/$$/cmdline")
+    assert warm.stdout.startswith("/bin/sh -c . /"), warm
+    assert cold.stdout.startswith("/bin/sh -c tr"), cold
+
+
+@pytest.mark.parametrize("line, message", [
+    ("nosuch-command", "nosuch-command: not found"),
+    ("set -u; echo $unset_variable", "unset_variable: parameter not set"),
+])
+def test_the_shell_s_own_messages_gain_only_eval(fb: Forkbox, line: str, message: str) -> None:
+    warm, cold = both(fb, line)
+    assert warm.exit_code == cold.exit_code and warm.stdout == cold.stdout, (warm, cold)
+    assert message in cold.stderr and "eval" not in cold.stderr, cold
+    assert warm.stderr == cold.stderr.replace(message, "eval: " + message), (warm, cold)
+
+
+def test_a_syntax_error_gains_eval_too(fb: Forkbox) -> None:
+    warm, cold = both(fb, "echo \"unterminated")
+    assert cold.stderr == "/bin/sh: 1: Syntax error: Unterminated quoted string\n" and cold.exit_code == 2, cold
+    assert warm.stderr == "/bin/sh: 1: eval: Syntax error: Unterminated quoted string\n" and warm.exit_code == 2, warm
+
+
+def test_lines_the_warm_shell_does_not_take_run_as_before(fb: Forkbox) -> None:
+    # Another environment, another cwd, stdin, another argv[0], no capabilities: each runs
+    # in a shell started for it, whose command line is the line.
+    me = "$(tr '\\0' ' ' </proc/$$/cmdline)"
+    cases = [
+        (dict(cmd=f"echo {me} $FOO", env={"FOO": "bar"}), "bar"),
+        (dict(cmd=f"echo {me} $(pwd)", cwd="/tmp"), "/tmp"),
+        (dict(cmd=f"echo {me} $(cat)", stdin=b"in"), "in"),
+        (dict(argv=["sh", "-c", f"echo {me} $0"]), "sh"),
+        (dict(cmd=f"echo {me} $(grep CapEff /proc/self/status | tr -d '\\t')", caps=[]), "CapEff:0000000000000000"),
+    ]
+    for kw, last in cases:
+        r = fb.run(timeout_ms=10_000, **kw)
+        assert r.ok and r.stdout.split()[-1] == last, (kw, r)
+        assert ". /dev/fd/3" not in r.stdout and "-c echo" in r.stdout, (kw, r)
+
+
+def test_a_long_line_reaches_the_warm_shell_whole(fb: Forkbox) -> None:
+    # Longer than a pipe's buffer: the init's writes wait for the shell's reads.
+    body = "".join(f"echo line {i} 'with '\\''quotes'\\'' and \\\\ slashes'\n" for i in range(2000))
+    settle(fb)
+    r = fb.run(body + "echo done", timeout_ms=20_000)
+    assert r.ok, r
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2001 and lines[-1] == "done", lines[-3:]
+    assert lines[7] == "line 7 with 'quotes' and \\ slashes", lines[7]
+
+
+def test_the_watchdog_and_limits_hold_in_the_warm_shell(fb: Forkbox) -> None:
+    settle(fb)
+    r = fb.run("sleep 1000 & sleep 1000", timeout_ms=200)
+    assert r.timed_out and r.exit_code == 124, r
+    settle(fb)
+    r = fb.run(":(){ :|:& };:; sleep 2; echo contained", timeout_ms=10_000, pids=32)
+    assert "contained" in r.stdout or r.timed_out or r.exit_code != 0, r
+    r = fb.run("echo after the bomb")
+    assert r.ok and r.stdout == "after the bomb\n", r
