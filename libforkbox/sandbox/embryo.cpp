@@ -490,7 +490,9 @@ Result<void> drop_every_capability() {
 // messages ("/bin/sh: 1: eval: nosuch: not found").
 struct WarmShell {
     pid_t pid = -1;
-    unique_fd script;  // the write end of its fd 3
+    unique_fd script;     // the write end of its fd 3
+    unique_fd output[2];  // a session's: our copies of its stdout and stderr, for a run it
+                          // does not take (or that finds it dead) in its place
 };
 WarmShell warm_shell;
 
@@ -501,14 +503,15 @@ bool shell_is_dash() {
     return path.substr(path.rfind('/') + 1) == "dash";
 }
 
-// Started when the embryo gets its output pipes ("N"); stdin is /dev/null.
-void start_warm_shell(int out, int err) {
+// Started when the embryo gets its output pipes ("N"), with stdin /dev/null; a session's
+// leads a process group of its own and has the session's address-space limit, as its runs.
+void start_warm_shell(int out, int err, bool own_group, uint64_t address_limit) {
     if (!shell_is_dash()) return;
     int ends[2];
     if (::pipe2(ends, O_CLOEXEC) < 0) return;
     unique_fd read_end(ends[0]), write_end(ends[1]);
     unique_fd script_in(::fcntl(read_end.get(), F_DUPFD_CLOEXEC, 10));  // clear of 0-3 in the child
-    unique_fd null(::open("/dev/null", O_RDWR | O_CLOEXEC));  // as the daemon's
+    unique_fd null(::open("/dev/null", O_RDWR | O_CLOEXEC));            // as the daemon's
     if (!script_in || !null) return;
     Release r;
     r.argv = {"/bin/sh", "-c", ::access("/dev/fd/3", F_OK) == 0 || errno != ENOENT ? ". /dev/fd/3" : ". /proc/self/fd/3"};
@@ -516,6 +519,9 @@ void start_warm_shell(int out, int err) {
     Command c = prepare(r);
     c.cwd = "/";
     c.batch = true;
+    c.own_group = own_group;
+    c.limit_address = address_limit != 0;
+    c.address = rlimit{address_limit, address_limit};
     c.script_fd = script_in.get();
     int stdio[3] = {null.get(), out, err};
     mode_t umask_before = ::umask(022);  // a login's, as run() sets
@@ -535,17 +541,20 @@ void drop_warm_shell(bool reap) {
     if (warm_shell.pid < 0) return;
     ::kill(warm_shell.pid, SIGKILL);
     if (reap) ::waitpid(warm_shell.pid, nullptr, 0);
-    warm_shell = {};
+    warm_shell.pid = -1;
+    warm_shell.script.reset();
 }
 
-// A release the warm shell runs exactly as `/bin/sh -c LINE` would: the line, in the
-// default environment and cwd, with every capability the embryo has, no stdin.
-bool fits_warm_shell(const Release& r, int stdin_fd) {
-    if (warm_shell.pid < 0 || r.warm_python || r.drop_all_caps) return false;
-    if (r.argv.size() != 3 || r.argv[0] != "/bin/sh" || r.argv[1] != "-c") return false;
-    if (r.cwd != "/" || r.env != kDefaultEnv) return false;
+bool is_dev_null(int fd) {
     struct stat st{};
-    return ::fstat(stdin_fd, &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3);
+    return ::fstat(fd, &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3);
+}
+
+// A release the warm shell runs exactly as `/bin/sh -c LINE` would, with every capability
+// the embryo has.
+bool fits_warm_shell(const Release& r, int stdin_fd) {
+    return warm_shell.pid > 0 && !r.warm_python && !r.drop_all_caps && takes_warm_shell(r.argv, r.env, r.cwd, false) &&
+           is_dev_null(stdin_fd);
 }
 
 std::string single_quoted(std::string_view text) {
@@ -554,29 +563,38 @@ std::string single_quoted(std::string_view text) {
     return out + "'";
 }
 
+// The line to the warm shell, which is then the command's: its pid, or -1 (errno) when it
+// died before it could read it (an init ignores the SIGPIPE it has no handler for: EPIPE).
+pid_t give_line(const std::string& line) {
+    pid_t pid = warm_shell.pid;
+    sched_param none{};
+    ::sched_setscheduler(pid, SCHED_OTHER, &none);
+    std::string script = "exec 3<&-; eval " + single_quoted(line) + "\n";
+    std::string_view rest(script);
+    while (!rest.empty()) {
+        ssize_t n = ::write(warm_shell.script.get(), rest.data(), rest.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            int err = n < 0 ? errno : EPIPE;
+            drop_warm_shell(false);
+            errno = err;
+            return -1;
+        }
+        rest.remove_prefix(static_cast<size_t>(n));
+    }
+    warm_shell.pid = -1;
+    warm_shell.script.reset();
+    return pid;
+}
+
 // The release's line to the warm shell, under the release's limits.
 [[noreturn]] void run_in_warm_shell(int control, const Release& r, const int* stdio) {
     pid_t pid = warm_shell.pid;
     rlimit nproc{r.nproc_limit, r.nproc_limit}, address{r.address_limit, r.address_limit};
     if (r.nproc_limit && ::prlimit(pid, RLIMIT_NPROC, &nproc, nullptr) < 0) exec_failed(control, errno, "RLIMIT_NPROC");
     if (r.address_limit && ::prlimit(pid, RLIMIT_AS, &address, nullptr) < 0) exec_failed(control, errno, "RLIMIT_AS");
-    sched_param none{};
-    ::sched_setscheduler(pid, SCHED_OTHER, &none);
     int64_t used = stage_used();
-    std::string script = "exec 3<&-; eval " + single_quoted(r.argv[2]) + "\n";
-    // A shell that died meanwhile gives EPIPE: an init ignores the SIGPIPE it has no handler for.
-    std::string_view rest(script);
-    while (!rest.empty()) {
-        ssize_t n = ::write(warm_shell.script.get(), rest.data(), rest.size());
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            send_text(control, "X" + std::to_string(errno) + " warm shell: " + std::strerror(errno));
-            ::kill(pid, SIGKILL);
-            break;
-        }
-        rest.remove_prefix(static_cast<size_t>(n));
-    }
-    warm_shell.script.reset();
+    if (give_line(r.argv[2]) < 0) send_text(control, "X" + std::to_string(errno) + " warm shell: " + std::strerror(errno));
     trace::mark("embryo: spawned");
     for (int i = 0; i < 3; ++i) ::close(stdio[i]);
     report_end(control, pid, used);
@@ -905,6 +923,10 @@ bool python_is_going(pid_t pid) {
             rusage usage{};
             pid_t pid;
             while ((pid = ::wait4(-1, &status, WNOHANG, &usage)) > 0) {
+                if (pid == warm_shell.pid) {  // killed by a run: its pipes serve the next run
+                    warm_shell.pid = -1;
+                    warm_shell.script.reset();
+                }
                 auto it = leaders.find(pid);
                 if (it == leaders.end()) continue;  // an orphan, or a warm Python
                 trace::mark("embryo: session run reaped");
@@ -972,6 +994,19 @@ bool python_is_going(pid_t pid) {
             send_text(control, "t");
             continue;
         }
+        if (tag == 'N' && fds.size() == 2) {  // the next warm shell's pipes
+            drop_warm_shell(true);
+            warm_shell.output[0] = std::move(fds[0]);
+            warm_shell.output[1] = std::move(fds[1]);
+            start_warm_shell(warm_shell.output[0].get(), warm_shell.output[1].get(), true, limits.address_limit);
+            continue;
+        }
+        // A line for the warm shell comes with stdin alone: its output is the "N" pipes'.
+        bool line = tag == 'G' && fds.size() == 1 && warm_shell.output[0] && warm_shell.output[1];
+        if (line) {
+            fds.push_back(std::move(warm_shell.output[0]));
+            fds.push_back(std::move(warm_shell.output[1]));
+        }
         if ((tag != 'G' && tag != 'O') || fds.size() != 3) continue;
         trace::mark("embryo: session run received");
         int stdio[3] = {fds[0].get(), fds[1].get(), fds[2].get()};
@@ -1008,6 +1043,17 @@ bool python_is_going(pid_t pid) {
                 if (!sent) ended(id, std::to_string(SIGKILL) + " 0 0 0");
                 continue;
             }
+            if (line && fits_warm_shell(*release, stdio[0])) {
+                used_at_start[id] = stage_used();
+                pid = give_line(release->argv[2]);
+                trace::mark("embryo: session run spawned");
+                if (pid > 0) {
+                    leaders[pid] = id;
+                    groups[id] = pid;
+                    continue;
+                }
+            }
+            if (line) drop_warm_shell(false);  // its pipes are this run's
             Command c = prepare(*release);
             c.cwd = release->cwd.c_str();
             c.own_group = true;
@@ -1045,6 +1091,11 @@ bool python_is_going(pid_t pid) {
 }
 
 }  // namespace
+
+bool takes_warm_shell(const std::vector<std::string>& argv, const std::vector<std::string>& env, std::string_view cwd,
+                      bool has_stdin) {
+    return !has_stdin && argv.size() == 3 && argv[0] == "/bin/sh" && argv[1] == "-c" && cwd == "/" && env == kDefaultEnv;
+}
 
 std::string Release::encode() const {
     std::string out;
@@ -1146,7 +1197,7 @@ void embryo_main(const EmbryoSetup& s) {
         output[0] = std::move(fds[0]);
         output[1] = std::move(fds[1]);
         fds.clear();
-        if (!s.kind || !s.kind->python) start_warm_shell(output[0].get(), output[1].get());
+        if (!s.kind || !s.kind->python) start_warm_shell(output[0].get(), output[1].get(), false, 0);
         n = receive_message(control, buf, fds, "sandbox control");
     }
     if (!n || *n < 1) ::_exit(1);

@@ -20,17 +20,21 @@
 //   embryo: "C" (a fork: the parent's state is copied), then
 //           "R" (ready) or "F<message>" (failed; it then exits); a warm Python's embryo
 //           starts python3 (pid 2) first and says "R <its CPU time so far, ns>"
-//   daemon: "N" + fds stdout, stderr: made while it waits in a pool (off the request's path)
+//   daemon: "N" + fds stdout, stderr: made while it waits in a pool (off the request's path);
+//           the embryo then starts its warm shell (takes_warm_shell) with them
 //   daemon: "G" + Release::encode() + fds stdin, stdout, stderr     run the command
-//           (after "N": fd stdin alone)
+//           (after "N": fd stdin alone), in the warm shell when it takes the command
 //   embryo: "X<errno> <message>" when the command could not be started (its status is then
 //           126 or 127), and "W<wait status> <user us> <system us> <max rss KiB> <bytes>"
 //           when it ended (wait4 of the command alone; the growth of its writable layer).
 // A session instead:
 //   daemon: "L<nproc limit> <address limit> <drop caps 0|1>"
 //   embryo: "l" + fd: the stage (a copy of its tmpfs mount, for forks)
+//   daemon: "N" + fds stdout, stderr                 the next warm shell's: sent when the
+//                                                    session is made and when a run took it
 //   daemon: "G<id>\n" + Release::encode() + 3 fds    a run (warm_python: by a warm Python
-//                                                    of the session's, one per preload)
+//                                                    of the session's, one per preload);
+//           or + fd stdin alone: a line for the warm shell (with the "N" pipes)
 //           "O<id>\n" + FileRequest::encode() + 3 fds a file verb
 //           "K<id> <signal>"                         signal that run's process group
 //           "S" / "T"                                stop / continue every process (a fork's
@@ -52,6 +56,12 @@
 #include "libforkbox/seccomp/seccomp.hpp"
 
 namespace forkbox::sandbox {
+
+// Whether a command is a line an embryo's warm shell runs as a `/bin/sh -c LINE` started for
+// it would: the line in the default environment and cwd, without stdin (pure, unit-tested).
+// The warm shell is a dash (`/bin/sh -c '. /dev/fd/3'`) started while the embryo waits.
+bool takes_warm_shell(const std::vector<std::string>& argv, const std::vector<std::string>& env, std::string_view cwd,
+                      bool has_stdin);
 
 // A release carries the request's argv, env and cwd: at most about a request's size.
 inline constexpr size_t kReleaseBufferBytes = 2 * kMaxRequestBytes;

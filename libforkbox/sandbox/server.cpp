@@ -1125,7 +1125,7 @@ void Server::make_output_pipes(Embryo& e) {
 
 // The run's pipes: ours in `r`, the command's ends in `child_ends` and `stdio`: stdin (its
 // pipe or /dev/null), then stdout and stderr unless the embryo has them already. Returns how many fds the release carries (0: failed).
-size_t Server::open_pipes(Run& r, Embryo& e, int* stdio, unique_fd* child_ends) {
+size_t Server::open_pipes(Run& r, Embryo& e, int* stdio, unique_fd* child_ends, bool take_ready) {
     int in_pipe[2] = {-1, -1};
     if (r.request.stdin_frames) {
         if (::pipe2(in_pipe, O_CLOEXEC) < 0) return 0;
@@ -1133,7 +1133,7 @@ size_t Server::open_pipes(Run& r, Embryo& e, int* stdio, unique_fd* child_ends) 
         r.in.reset(in_pipe[1]);
     }
     stdio[0] = child_ends[0] ? child_ends[0].get() : dev_null_.get();
-    if (e.output_ready[0] && e.output_ready[1]) {
+    if (take_ready && e.output_ready[0] && e.output_ready[1]) {
         r.out[0] = std::move(e.output_ready[0]);
         r.out[1] = std::move(e.output_ready[1]);
         return 1;
@@ -1210,7 +1210,7 @@ void Server::release(Run& r, Embryo& e) {
 
     int stdio[3];
     unique_fd child_ends[3];
-    size_t carried = open_pipes(r, e, stdio, child_ends);
+    size_t carried = open_pipes(r, e, stdio, child_ends, true);
     if (!carried) {
         fail_run(r, ErrorKind::SandboxError, errno_text("pipe"));
         return;

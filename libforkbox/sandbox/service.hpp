@@ -263,7 +263,8 @@ private:
     Result<void> limit_sandbox(Embryo& e, uint64_t memory_mb, uint64_t pids, double cpus, Release& release);
     Result<void> apply_limits(Embryo& e, const oci::Resources& want);
     void make_output_pipes(Embryo& e);
-    size_t open_pipes(Run& r, Embryo& e, int* stdio, unique_fd* child_ends);  // 0: failed
+    // 0: failed. `take_ready`: the embryo's "N" pipes, when it has them, are the run's output.
+    size_t open_pipes(Run& r, Embryo& e, int* stdio, unique_fd* child_ends, bool take_ready);
     void arm_deadline(Run& r);
     void watch_pipes(Run& r);
     bool on_output(Run& r, int stream);  // false: nothing more to read now

@@ -179,7 +179,9 @@ void Server::release_session(Run& r, Embryo& e) {
     e.output_ready[0].reset();  // a pooled embryo's: each run of the session makes its own
     e.output_ready[1].reset();
     Release limits;
-    if (auto limited = limit_sandbox(e, r.make.memory_mb, r.make.pids, r.make.cpus, limits); !limited) {
+    // Its warm shell, idle beside its runs (a dash: a few hundred KiB), is not one of them.
+    uint64_t pids = r.make.pids ? r.make.pids + 1 : 0;
+    if (auto limited = limit_sandbox(e, r.make.memory_mb, pids, r.make.cpus, limits); !limited) {
         fail_run(r, ErrorKind::SandboxError, "sandbox limits: " + limited.error().what());
         return;
     }
@@ -204,6 +206,7 @@ void Server::session_made(Run& r, Embryo& e, unique_fd stage) {
     e.run = 0;
     session_by_embryo_[e.id] = id;
     sessions_[id] = std::move(s);
+    make_output_pipes(e);  // its first warm shell's
     r.replied = true;
     if (r.job) {
         fork_child_done(r.job, r.id, id, "");
@@ -267,6 +270,9 @@ void Server::on_session_message(Embryo& e, std::string_view m, std::vector<uniqu
         r.in.reset();
     }
     maybe_finish(r);
+    // A line took the warm shell: the next one's starts now, after the reply (started while
+    // the line ran, it delayed the line's end on this machine's two CPUs).
+    if (!e.output_ready[0]) make_output_pipes(e);
 }
 
 void Server::start_in_session(Run& r, Session& s) {
@@ -305,7 +311,10 @@ void Server::start_in_session(Run& r, Session& s) {
     }
     int stdio[3];
     unique_fd child_ends[3];
-    size_t carried = open_pipes(r, e, stdio, child_ends);  // a session's runs have pipes of their own
+    // A shell line the session's warm shell takes has its "N" pipes; other runs, their own.
+    bool line = r.purpose != Run::Purpose::File && !r.request.python &&
+                takes_warm_shell(r.request.argv, r.request.env, r.request.cwd, r.request.stdin_frames);
+    size_t carried = open_pipes(r, e, stdio, child_ends, line);
     if (!carried) {
         fail_run(r, ErrorKind::SandboxError, "pipe: " + std::string(std::strerror(errno)));
         return;

@@ -6,12 +6,30 @@ command line differ. The reference is the same line with stdin given (b""), whic
 sandbox runs the ordinary way.
 """
 
+import os
+import shutil
 import time
-from typing import Tuple
+from typing import Iterator, Tuple
 
 import pytest
 
+from fbtest_helpers import CLIENT_TIMEOUT_S, DaemonProc, make_tmp
 from forkbox import Forkbox, RunResult as Result
+
+
+@pytest.fixture(scope="module")
+def fb(daemon: DaemonProc) -> Iterator[Forkbox]:
+    """A daemon of this module's alone: its pool holds the default kind only, so a settled
+    pool has a warm shell for the next line."""
+    tmp = make_tmp("fbws-")
+    d = DaemonProc(daemon.binary, os.path.join(tmp, "forkbox.sock"), os.path.join(tmp, "daemon.log"))
+    try:
+        d.start()
+        assert d.wait_ready() is not None, d.log_tail()
+        yield Forkbox(socket=d.sock, request_timeout_s=CLIENT_TIMEOUT_S)
+    finally:
+        d.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 LINES = [
     "true",
@@ -51,7 +69,7 @@ def settle(fb: Forkbox) -> None:
     until = time.monotonic() + 10
     while time.monotonic() < until:
         pool = fb.info()["pool"]
-        if pool["ready"] >= 1 and pool["building"] == 0:
+        if pool["ready"] >= 2 and pool["building"] == 0 and pool["kinds"] == 1:
             return
         time.sleep(0.01)
 
@@ -131,3 +149,63 @@ def test_the_watchdog_and_limits_hold_in_the_warm_shell(fb: Forkbox) -> None:
     assert "contained" in r.stdout or r.timed_out or r.exit_code != 0, r
     r = fb.run("echo after the bomb")
     assert r.ok and r.stdout == "after the bomb\n", r
+
+
+SESSION_LINES = [
+    "echo out; echo err >&2; exit 3",
+    "sh -c 'kill -SEGV $$'",
+    "cat <<EOF\n$HOME and 'quotes'\nEOF",
+    "trap 'echo bye' EXIT; echo hi",
+    "umask; pwd; env | sort",
+    "read x; echo \"[$x] $?\"",
+]
+
+
+def test_a_session_s_lines_read_the_same_in_its_warm_shell(fb: Forkbox) -> None:
+    with fb.create(timeout_ms=30_000) as sb:
+        for line in SESSION_LINES:
+            time.sleep(0.05)  # the next warm shell starts after the reply
+            warm = sb.run(line)
+            cold = sb.run(argv=["/bin/sh", "-c", line], stdin=b"")
+            assert (warm.stdout, warm.stderr, warm.exit_code, warm.signal) == (
+                cold.stdout, cold.stderr, cold.exit_code, cold.signal), (line, warm, cold)
+        time.sleep(0.05)
+        me = sb.run("tr '\\0' ' ' </proc/$$/cmdline; echo; ps -o pgid= -p $$; echo $$")
+        cmdline, pgid, pid = me.stdout.splitlines()
+        assert cmdline.startswith("/bin/sh -c . /") and pgid.strip() == pid, me  # a group of its own
+
+
+def test_a_session_s_state_and_files_reach_its_warm_shell(fb: Forkbox) -> None:
+    with fb.create(timeout_ms=30_000) as sb:
+        sb.write_file("/tmp/data", b"from a file\n")
+        assert sb.run("echo kept > /root/state").ok
+        time.sleep(0.05)
+        r = sb.run("cat /tmp/data /root/state")
+        assert r.stdout == "from a file\nkept\n", r
+
+
+def test_a_run_that_kills_the_session_s_warm_shell_leaves_the_next_line_served(fb: Forkbox) -> None:
+    with fb.create(timeout_ms=30_000) as sb:
+        time.sleep(0.05)
+        r = sb.run("kill -9 -1; echo killed the rest")  # the next warm shell too
+        assert r.ok and r.stdout == "killed the rest\n", r
+        for i in range(3):
+            time.sleep(0.05)
+            r = sb.run(f"echo line {i}")
+            assert r.ok and r.stdout == f"line {i}\n", r
+        time.sleep(0.05)
+        assert sb.run("tr '\\0' ' ' </proc/$$/cmdline").stdout.startswith("/bin/sh -c . /")
+
+
+def test_a_session_s_warm_shell_is_not_one_of_its_processes(fb: Forkbox) -> None:
+    # pids=6: a line's shell and five children, as in a shell started for the run; beside a
+    # run that is not a line, the idle warm shell does not count against it either.
+    line = "p=; for i in 1 2 3 4 5; do sleep 5 & p=\"$p $!\"; done; echo started; kill $p"
+    with fb.create(timeout_ms=30_000, pids=6) as sb:
+        time.sleep(0.05)
+        r = sb.run(line)
+        assert r.ok and r.stdout == "started\n" and r.stderr == "", r
+        r = sb.run(line, env={"A": "b"})
+        assert r.ok and r.stdout == "started\n" and r.stderr == "", r
+        r = sb.run(line.replace("1 2 3 4 5", "1 2 3 4 5 6 7 8"), env={"A": "b"})
+        assert "Cannot fork" in r.stderr, r
