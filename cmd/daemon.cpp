@@ -50,7 +50,7 @@ int cmd_daemon(const Globals& g, const std::vector<std::string>& args) {
     zygote::DaemonOptions o;
     std::vector<std::string> warm, allow_groups;
     std::string rootfs;
-    bool stats = false, no_sandboxes = false;
+    bool stats = false, no_sandboxes = false, no_warm_shell = false;
     uint64_t max_timeout_ms = 0;
     std::string root = g.root;
     p.add()("socket", po::value(&o.socket_path)->default_value(zygote::default_socket_path()),
@@ -67,6 +67,8 @@ int cmd_daemon(const Globals& g, const std::vector<std::string>& args) {
                                   "--warm bundles' seccomp profiles are compiled into its cache at start")(
         "stats", po::bool_switch(&stats), "print a running daemon's counters and exit")(
         "no-sandboxes", po::bool_switch(&no_sandboxes), "serve zygote templates only")(
+        "no-warm-shell", po::bool_switch(&no_warm_shell),
+        "start a sandbox's /bin/sh for a shell line when the line comes, not before (its command line is the line)")(
         "sandbox-pool", po::value(&o.sandbox.pool_size)->default_value(2), "sandboxes kept ready per kind asked for")(
         "max-sandboxes", po::value(&o.sandbox.max_live)->default_value(128), "sandboxes at once; more are told to retry (busy)")(
         "allow-group", po::value(&allow_groups)->composing(),
@@ -113,6 +115,7 @@ int cmd_daemon(const Globals& g, const std::vector<std::string>& args) {
         o.sandbox.rootfs = *resolved;
     }
     o.sandboxes = !no_sandboxes;
+    o.sandbox.warm_shell = !no_warm_shell;
     o.sandbox.socket_path = o.socket_path;
     // The sandboxes' mount point (always empty on the host: each embryo mounts on it in its
     // own mount namespace). A root daemon's sandboxes are an unprivileged uid on the host, so

@@ -393,6 +393,45 @@ sys.stdout.write(repr(s.recv(70000)))
 	assert_output "300000"
 }
 
+# --- the warm shell ---
+
+# settled SOCKET: waits (10 s at most) until the daemon's pool is full, none being made.
+settled() {
+	local i
+	for ((i = 0; i < 1000; i++)); do
+		"$SB_FB" sandbox --socket "$1" --info | grep -q '"pool":{"ready":2,"building":0' && return 0
+		sleep 0.01
+	done
+}
+
+@test "sandbox: a shell line runs in a /bin/sh started before it came; --no-warm-shell starts it for the line" {
+	local sock=$TDIR/warm.sock cold=$TDIR/cold.sock
+	start_daemon_as_root "$sock"
+	start_daemon_as_root "$cold" --no-warm-shell
+	run --separate-stderr "$SB_FB" sandbox --socket "$sock" --info
+	assert_output --partial '"warm_shell":true'
+	run --separate-stderr "$SB_FB" sandbox --socket "$cold" --info
+	assert_output --partial '"warm_shell":false'
+	settled "$sock"
+	run -127 --separate-stderr sb_on "$sock" -- /bin/sh -c 'tr "\0" " " </proc/$$/cmdline; echo $$; nosuch'
+	assert_output "/bin/sh -c . /dev/fd/3 2"
+	assert_equal "$stderr" "/bin/sh: 1: eval: nosuch: not found"
+	settled "$cold"
+	run -127 --separate-stderr sb_on "$cold" -- /bin/sh -c 'tr "\0" " " </proc/$$/cmdline; echo $$; nosuch'
+	assert_output "/bin/sh -c tr \"\\0\" \" \" </proc/\$\$/cmdline; echo \$\$; nosuch 2"
+	assert_equal "$stderr" "/bin/sh: 1: nosuch: not found"
+}
+
+@test "sandbox: a root whose /bin/sh is not dash runs each line in a shell started for it" {
+	busybox_root "$TDIR/img"
+	local sock=$TDIR/busybox.sock
+	start_daemon_as_root "$sock" --rootfs "$TDIR/img"
+	settled "$sock"
+	run --separate-stderr sb_on "$sock" -- /bin/sh -c 'tr "\0" " " </proc/$$/cmdline; echo $$'
+	assert_success
+	assert_output "/bin/sh -c tr \"\\0\" \" \" </proc/\$\$/cmdline; echo \$\$ 2"
+}
+
 # --- a chosen root (--rootfs) ---
 
 # busybox_root DIR: a busybox tree in DIR with /etc/marker ("from the image"), readable by all.

@@ -155,6 +155,7 @@ Result<Builder::Built> Builder::build(uint64_t id, const SandboxKind& kind, int 
         s.control_fd = theirs.get();
         s.stage = c_.options.stage_dir;
         s.upper_size_mb = c_.options.upper_size_mb;
+        s.warm_shell = c_.options.warm_shell;
         s.mapped_range = c_.mapped_range;
         s.kind = &kind;
         for (auto& fd : task_fds) s.cgroup_task_fds.push_back(fd.get());

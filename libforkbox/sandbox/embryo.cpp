@@ -1197,7 +1197,7 @@ void embryo_main(const EmbryoSetup& s) {
         output[0] = std::move(fds[0]);
         output[1] = std::move(fds[1]);
         fds.clear();
-        if (!s.kind || !s.kind->python) start_warm_shell(output[0].get(), output[1].get(), false, 0);
+        if (s.warm_shell && (!s.kind || !s.kind->python)) start_warm_shell(output[0].get(), output[1].get(), false, 0);
         n = receive_message(control, buf, fds, "sandbox control");
     }
     if (!n || *n < 1) ::_exit(1);

@@ -88,6 +88,7 @@ struct EmbryoSetup {
     int control_fd = -1;
     std::string stage;            // an empty host directory: the stage tmpfs goes on it
     uint64_t upper_size_mb = 512;
+    bool warm_shell = true;       // a shell started before the line comes ("N")
     bool mapped_range = false;    // a root daemon's map of 65536 ids: setgroups allowed
     std::vector<int> cgroup_task_fds;  // v1 `tasks` files of its cgroups, opened by the daemon
     std::vector<int> bind_source_trees;  // per plan.mounts index, -1 for none

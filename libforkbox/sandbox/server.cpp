@@ -541,6 +541,7 @@ std::string Server::info_json() {
     w.key("service_pid").value(static_cast<int64_t>(::getpid()));
     w.key("mode").value(mapped_range_ ? "root" : "rootless");
     w.key("idmapped_lower").value(daemon_lower_ && idmapped_lower_);
+    w.key("warm_shell").value(opt_.warm_shell);
     w.key("rootfs").value(opt_.rootfs.empty() ? std::string("/") : opt_.rootfs);  // the default lower layer
     // How a session is paused (and held still for a fork): its cgroup's freezer, or SIGSTOP.
     w.key("freezer").value(has_freezer() ? "cgroup" : "signal");

@@ -28,6 +28,7 @@ struct ServerOptions {
     std::vector<gid_t> allowed_groups;  // peers in these groups are served too
     uint32_t uid_base = 1000000000;     // a root daemon maps sandboxes' 0..65535 here
     uint64_t upper_size_mb = 512;       // the overlay's tmpfs, and /tmp's
+    bool warm_shell = true;             // embryos start /bin/sh before a line comes (embryo.hpp)
     std::string rootfs;  // sandboxes' lower layer unless a request names one ("": the host's /)
     // A user's daemon on a cgroup v2 host (enter_delegated_v2_cgroup): its delegated cgroup,
     // relative to the hierarchy's root, or why it has none.

@@ -206,7 +206,7 @@ void Server::session_made(Run& r, Embryo& e, unique_fd stage) {
     e.run = 0;
     session_by_embryo_[e.id] = id;
     sessions_[id] = std::move(s);
-    make_output_pipes(e);  // its first warm shell's
+    if (opt_.warm_shell) make_output_pipes(e);  // its first warm shell's
     r.replied = true;
     if (r.job) {
         fork_child_done(r.job, r.id, id, "");
@@ -272,7 +272,7 @@ void Server::on_session_message(Embryo& e, std::string_view m, std::vector<uniqu
     maybe_finish(r);
     // A line took the warm shell: the next one's starts now, after the reply (started while
     // the line ran, it delayed the line's end on this machine's two CPUs).
-    if (!e.output_ready[0]) make_output_pipes(e);
+    if (opt_.warm_shell && !e.output_ready[0]) make_output_pipes(e);
 }
 
 void Server::start_in_session(Run& r, Session& s) {
