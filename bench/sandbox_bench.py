@@ -112,12 +112,12 @@ def raw_run(cmd=None, argv=None, timeout_ms=None):
     return r["exit_code"], r["stdout"], r["duration_ms"], r["timed_out"], r.get("cpu_ms")
 
 
-def fb_run(cmd=None, argv=None, timeout_ms=None, client=None):
+def fb_run(cmd=None, argv=None, timeout_ms=None, client=None, **options):
     """(exit_code, stdout bytes, daemon's duration_ms, timed_out, cpu_ms) of one sandbox."""
     client = client or SDK
     if client is None:
         return raw_run(cmd, argv, timeout_ms)
-    r = client.run(cmd, argv=argv, timeout_ms=timeout_ms)
+    r = client.run(cmd, argv=argv, timeout_ms=timeout_ms, **options)
     return r.exit_code, r.stdout_bytes, r.duration_ms, r.timed_out, getattr(r, "cpu_ms", None)
 
 
@@ -193,10 +193,10 @@ class Subject:
 true_durations = []  # the daemon's duration_ms of run("true"): release to exit of a no-op
 
 
-def sdk_subject(cmd=None, argv=None, expect=b"", durations=None, client=None):
+def sdk_subject(cmd=None, argv=None, expect=b"", durations=None, client=None, **options):
     def fn():
         t0 = perf()
-        code, out, duration_ms, _, _ = fb_run(cmd, argv, client=client)
+        code, out, duration_ms, _, _ = fb_run(cmd, argv, client=client, **options)
         t1 = perf()
         if durations is not None:
             durations.append(duration_ms)
@@ -242,6 +242,9 @@ subjects = [
     Subject('SDK run(argv=["true"])' if SDK else 'py run(argv=["true"])', "true", sdk_subject(argv=["true"])),
 ]
 if SDK is not None:
+    # Stdin keeps a line from the warm shell (README, "The warm shell"): its /bin/sh starts
+    # for it, as every line's did before.
+    subjects.append(Subject('SDK run("true", stdin=b""): no warm shell', "true", sdk_subject("true", stdin=b"")))
     subjects.append(Subject('SDK run("true"), a connect per call', "true", sdk_subject("true", client=SDK_PER_CALL)))
     subjects.append(Subject("py inline protocol, sh -c true", "true", raw_subject("true")))
 subjects += [
@@ -688,6 +691,8 @@ def sessions():
     sid = raw_exchange("create", {})["session"]
     subjects_s = [
         ("run(\"true\") in a session", "true", lambda: raw_exchange("run", {"session": sid, "argv": ["/bin/sh", "-c", "true"]})),
+        ("run(\"true\") in a session, stdin=b\"\"", "true",
+         lambda: raw_exchange("run", {"session": sid, "argv": ["/bin/sh", "-c", "true"], "stdin": True}, stdin=b"")),
         ("run(\"true\"), a fresh sandbox", "true", lambda: raw_exchange("run", {"argv": ["/bin/sh", "-c", "true"]})),
         ("run_python(snippet), warm", "py", lambda: raw_exchange("run", {"python": SNIPPET})),
         ("run(\"python3 -c ...\"), fresh", "py", lambda: raw_exchange("run", {"argv": PY_SH})),
