@@ -569,6 +569,7 @@ pid_t give_line(const std::string& line) {
     pid_t pid = warm_shell.pid;
     sched_param none{};
     ::sched_setscheduler(pid, SCHED_OTHER, &none);
+    ::kill(pid, SIGCONT);  // a session's run may have stopped everyone else (kill -STOP -1)
     std::string script = "exec 3<&-; eval " + single_quoted(line) + "\n";
     std::string_view rest(script);
     while (!rest.empty()) {

@@ -209,3 +209,21 @@ def test_a_session_s_warm_shell_is_not_one_of_its_processes(fb: Forkbox) -> None
         assert r.ok and r.stdout == "started\n" and r.stderr == "", r
         r = sb.run(line.replace("1 2 3 4 5", "1 2 3 4 5 6 7 8"), env={"A": "b"})
         assert "Cannot fork" in r.stderr, r
+
+
+def test_a_session_s_warm_shell_killed_or_stopped_by_another_run(fb: Forkbox) -> None:
+    # A run that is not a line (another environment) runs beside the idle warm shell: when
+    # it kills everyone else, the next line runs in a shell started for it, on the same
+    # pipes; when it stops everyone, the warm shell is continued for its line.
+    with fb.create(timeout_ms=30_000) as sb:
+        for i in range(5):
+            time.sleep(0.05)
+            r = sb.run("kill -9 -1; echo killed", env={"A": "b"})
+            assert r.ok and r.stdout == "killed\n", r
+            r = sb.run(f"echo line {i}")  # at once: the kill may not be reaped yet
+            assert r.ok and r.stdout == f"line {i}\n", r
+        time.sleep(0.05)
+        r = sb.run("kill -STOP -1; echo stopped", env={"A": "b"})
+        assert r.ok and r.stdout == "stopped\n", r
+        r = sb.run("echo continued")
+        assert r.ok and r.stdout == "continued\n", r
