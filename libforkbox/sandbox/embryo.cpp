@@ -352,6 +352,14 @@ void send_text(int control, const std::string& m) { ::send(control, m.data(), m.
     ::_exit(err == ENOENT ? 127 : 126);
 }
 
+// A process started before its request (a warm shell, a warm Python) gets the release's
+// rlimits as a command started for it would.
+void limit_started(int control, pid_t pid, const Release& r) {
+    rlimit nproc{r.nproc_limit, r.nproc_limit}, address{r.address_limit, r.address_limit};
+    if (r.nproc_limit && ::prlimit(pid, RLIMIT_NPROC, &nproc, nullptr) < 0) exec_failed(control, errno, "RLIMIT_NPROC");
+    if (r.address_limit && ::prlimit(pid, RLIMIT_AS, &address, nullptr) < 0) exec_failed(control, errno, "RLIMIT_AS");
+}
+
 // Set by the vfork child (which shares our memory) when its execve failed.
 volatile int exec_errno = 0;
 
@@ -591,9 +599,7 @@ pid_t give_line(const std::string& line) {
 // The release's line to the warm shell, under the release's limits.
 [[noreturn]] void run_in_warm_shell(int control, const Release& r, const int* stdio) {
     pid_t pid = warm_shell.pid;
-    rlimit nproc{r.nproc_limit, r.nproc_limit}, address{r.address_limit, r.address_limit};
-    if (r.nproc_limit && ::prlimit(pid, RLIMIT_NPROC, &nproc, nullptr) < 0) exec_failed(control, errno, "RLIMIT_NPROC");
-    if (r.address_limit && ::prlimit(pid, RLIMIT_AS, &address, nullptr) < 0) exec_failed(control, errno, "RLIMIT_AS");
+    limit_started(control, pid, r);
     int64_t used = stage_used();
     if (give_line(r.argv[2]) < 0) send_text(control, "X" + std::to_string(errno) + " warm shell: " + std::strerror(errno));
     trace::mark("embryo: spawned");
@@ -798,9 +804,7 @@ std::string python_request(const Release& r) {
 // A request for the sandbox's warm Python: its limits, then the code and stdio are its.
 [[noreturn]] void run_warm_python(int control, const Release& r, const int* stdio) {
     pid_t pid = warm_python.pid;
-    rlimit nproc{r.nproc_limit, r.nproc_limit}, address{r.address_limit, r.address_limit};
-    if (r.nproc_limit && ::prlimit(pid, RLIMIT_NPROC, &nproc, nullptr) < 0) exec_failed(control, errno, "RLIMIT_NPROC");
-    if (r.address_limit && ::prlimit(pid, RLIMIT_AS, &address, nullptr) < 0) exec_failed(control, errno, "RLIMIT_AS");
+    limit_started(control, pid, r);
     int64_t used = stage_used();
     auto sent = send_with_fds(warm_python.socket.get(), python_request(r), std::span<const int>(stdio, 3), "warm python");
     for (int i = 0; i < 3; ++i) ::close(stdio[i]);
