@@ -296,23 +296,22 @@ TEST(SandboxProfile, TheSeccompProfileIsDockersForDockersCapabilities) {
     EXPECT_EQ(sandbox_spec(SandboxKind{}, ProfileOptions{"/r", {}, true}).linux->uid_mappings[0].size, 65536u);
 }
 
-TEST(SandboxWarmShell, TakesALineInTheDefaultEnvironmentAndCwdWithoutStdin) {
+TEST(SandboxWarmShell, TakesALineInTheDefaultEnvironmentWithoutStdin) {
     std::vector<std::string> line = {"/bin/sh", "-c", "echo hi"};
-    EXPECT_TRUE(takes_warm_shell(line, kDefaultEnv, "/", false));
-    EXPECT_FALSE(takes_warm_shell(line, kDefaultEnv, "/", true));     // stdin
-    EXPECT_FALSE(takes_warm_shell(line, kDefaultEnv, "/tmp", false));  // another cwd
+    EXPECT_TRUE(takes_warm_shell(line, kDefaultEnv, false));
+    EXPECT_FALSE(takes_warm_shell(line, kDefaultEnv, true));  // stdin
     auto env = kDefaultEnv;
     env.push_back("A=1");
-    EXPECT_FALSE(takes_warm_shell(line, env, "/", false));
+    EXPECT_FALSE(takes_warm_shell(line, env, false));
     std::swap(env[0], env[1]);  // the same variables in another order: another envp
     env.pop_back();
-    EXPECT_FALSE(takes_warm_shell(line, env, "/", false));
+    EXPECT_FALSE(takes_warm_shell(line, env, false));
     // Its $0 is /bin/sh, with no positional parameters; any other argv is a program's.
-    EXPECT_FALSE(takes_warm_shell({"sh", "-c", "echo hi"}, kDefaultEnv, "/", false));
-    EXPECT_FALSE(takes_warm_shell({"/bin/sh", "-c", "echo $1", "name", "one"}, kDefaultEnv, "/", false));
-    EXPECT_FALSE(takes_warm_shell({"/bin/sh", "-e", "-c", "false"}, kDefaultEnv, "/", false));
-    EXPECT_FALSE(takes_warm_shell({"/bin/sh", "script.sh", "x"}, kDefaultEnv, "/", false));
-    EXPECT_FALSE(takes_warm_shell({"python3", "-c", "pass"}, kDefaultEnv, "/", false));
+    EXPECT_FALSE(takes_warm_shell({"sh", "-c", "echo hi"}, kDefaultEnv, false));
+    EXPECT_FALSE(takes_warm_shell({"/bin/sh", "-c", "echo $1", "name", "one"}, kDefaultEnv, false));
+    EXPECT_FALSE(takes_warm_shell({"/bin/sh", "-e", "-c", "false"}, kDefaultEnv, false));
+    EXPECT_FALSE(takes_warm_shell({"/bin/sh", "script.sh", "x"}, kDefaultEnv, false));
+    EXPECT_FALSE(takes_warm_shell({"python3", "-c", "pass"}, kDefaultEnv, false));
 }
 
 TEST(SandboxKindWire, RoundTrips) {

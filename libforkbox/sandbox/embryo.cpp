@@ -561,7 +561,7 @@ bool is_dev_null(int fd) {
 // A release the warm shell runs exactly as `/bin/sh -c LINE` would, with every capability
 // the embryo has.
 bool fits_warm_shell(const Release& r, int stdin_fd) {
-    return warm_shell.pid > 0 && !r.warm_python && !r.drop_all_caps && takes_warm_shell(r.argv, r.env, r.cwd, false) &&
+    return warm_shell.pid > 0 && !r.warm_python && !r.drop_all_caps && takes_warm_shell(r.argv, r.env, false) &&
            is_dev_null(stdin_fd);
 }
 
@@ -573,12 +573,17 @@ std::string single_quoted(std::string_view text) {
 
 // The line to the warm shell, which is then the command's: its pid, or -1 (errno) when it
 // died before it could read it (an init ignores the SIGPIPE it has no handler for: EPIPE).
-pid_t give_line(const std::string& line) {
+// In another cwd than its own ("/"), it changes there first, physically (`cd -P`), as a
+// shell started there has its PWD from getcwd() and no OLDPWD; the caller has checked
+// that it can.
+pid_t give_line(const std::string& line, const std::string& cwd) {
     pid_t pid = warm_shell.pid;
     sched_param none{};
     ::sched_setscheduler(pid, SCHED_OTHER, &none);
     ::kill(pid, SIGCONT);  // a session's run may have stopped everyone else (kill -STOP -1)
-    std::string script = "exec 3<&-; eval " + single_quoted(line) + "\n";
+    std::string script = "exec 3<&-; ";
+    if (cwd != "/") script += "cd -P -- " + single_quoted(cwd) + " || exit; unset OLDPWD; ";
+    script += "eval " + single_quoted(line) + "\n";
     std::string_view rest(script);
     while (!rest.empty()) {
         ssize_t n = ::write(warm_shell.script.get(), rest.data(), rest.size());
@@ -600,8 +605,9 @@ pid_t give_line(const std::string& line) {
 [[noreturn]] void run_in_warm_shell(int control, const Release& r, const int* stdio) {
     pid_t pid = warm_shell.pid;
     limit_started(control, pid, r);
+    if (::chdir(r.cwd.c_str()) < 0) exec_failed(control, errno, "cwd " + r.cwd);  // as run() reports it
     int64_t used = stage_used();
-    if (give_line(r.argv[2]) < 0) send_text(control, "X" + std::to_string(errno) + " warm shell: " + std::strerror(errno));
+    if (give_line(r.argv[2], r.cwd) < 0) send_text(control, "X" + std::to_string(errno) + " warm shell: " + std::strerror(errno));
     trace::mark("embryo: spawned");
     for (int i = 0; i < 3; ++i) ::close(stdio[i]);
     report_end(control, pid, used);
@@ -1048,9 +1054,13 @@ bool python_is_going(pid_t pid) {
                 if (!sent) ended(id, std::to_string(SIGKILL) + " 0 0 0");
                 continue;
             }
-            if (line && fits_warm_shell(*release, stdio[0])) {
+            // A cwd that is not a directory it may enter is reported as a command's is.
+            struct stat cwd{};
+            bool enterable = ::stat(release->cwd.c_str(), &cwd) == 0 && S_ISDIR(cwd.st_mode) &&
+                             ::access(release->cwd.c_str(), X_OK) == 0;
+            if (line && enterable && fits_warm_shell(*release, stdio[0])) {
                 used_at_start[id] = stage_used();
-                pid = give_line(release->argv[2]);
+                pid = give_line(release->argv[2], release->cwd);
                 trace::mark("embryo: session run spawned");
                 if (pid > 0) {
                     leaders[pid] = id;
@@ -1097,9 +1107,8 @@ bool python_is_going(pid_t pid) {
 
 }  // namespace
 
-bool takes_warm_shell(const std::vector<std::string>& argv, const std::vector<std::string>& env, std::string_view cwd,
-                      bool has_stdin) {
-    return !has_stdin && argv.size() == 3 && argv[0] == "/bin/sh" && argv[1] == "-c" && cwd == "/" && env == kDefaultEnv;
+bool takes_warm_shell(const std::vector<std::string>& argv, const std::vector<std::string>& env, bool has_stdin) {
+    return !has_stdin && argv.size() == 3 && argv[0] == "/bin/sh" && argv[1] == "-c" && env == kDefaultEnv;
 }
 
 std::string Release::encode() const {

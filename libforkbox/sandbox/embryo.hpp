@@ -58,10 +58,9 @@
 namespace forkbox::sandbox {
 
 // Whether a command is a line an embryo's warm shell runs as a `/bin/sh -c LINE` started for
-// it would: the line in the default environment and cwd, without stdin (pure, unit-tested).
-// The warm shell is a dash (`/bin/sh -c '. /dev/fd/3'`) started while the embryo waits.
-bool takes_warm_shell(const std::vector<std::string>& argv, const std::vector<std::string>& env, std::string_view cwd,
-                      bool has_stdin);
+// it would: the line in the default environment, without stdin (pure, unit-tested). The
+// warm shell is a dash (`/bin/sh -c '. /dev/fd/3'`) started while the embryo waits.
+bool takes_warm_shell(const std::vector<std::string>& argv, const std::vector<std::string>& env, bool has_stdin);
 
 // A release carries the request's argv, env and cwd: at most about a request's size.
 inline constexpr size_t kReleaseBufferBytes = 2 * kMaxRequestBytes;

@@ -313,7 +313,7 @@ void Server::start_in_session(Run& r, Session& s) {
     unique_fd child_ends[3];
     // A shell line the session's warm shell takes has its "N" pipes; other runs, their own.
     bool line = r.purpose != Run::Purpose::File && !r.request.python &&
-                takes_warm_shell(r.request.argv, r.request.env, r.request.cwd, r.request.stdin_frames);
+                takes_warm_shell(r.request.argv, r.request.env, r.request.stdin_frames);
     size_t carried = open_pipes(r, e, stdio, child_ends, line);
     if (!carried) {
         fail_run(r, ErrorKind::SandboxError, "pipe: " + std::string(std::strerror(errno)));

@@ -74,10 +74,10 @@ def settle(fb: Forkbox) -> None:
         time.sleep(0.01)
 
 
-def both(fb: Forkbox, line: str) -> Tuple[Result, Result]:
+def both(fb: Forkbox, line: str, **options) -> Tuple[Result, Result]:
     settle(fb)
-    warm = fb.run(line, timeout_ms=10_000)
-    cold = fb.run(argv=["/bin/sh", "-c", line], stdin=b"", timeout_ms=10_000)
+    warm = fb.run(line, timeout_ms=10_000, **options)
+    cold = fb.run(argv=["/bin/sh", "-c", line], stdin=b"", timeout_ms=10_000, **options)
     return warm, cold
 
 
@@ -86,6 +86,23 @@ def test_a_line_reads_the_same_in_the_warm_shell(fb: Forkbox, line: str) -> None
     warm, cold = both(fb, line)
     assert (warm.stdout, warm.exit_code, warm.signal) == (cold.stdout, cold.exit_code, cold.signal), (warm, cold)
     assert warm.stderr == cold.stderr, (warm, cold)
+
+
+@pytest.mark.parametrize("cwd", ["/tmp", "/bin", "/usr/share/doc", "/proc"])
+def test_a_line_in_another_cwd_reads_the_same(fb: Forkbox, cwd: str) -> None:
+    # /bin is a symlink on a merged /usr: a shell started there has the physical path as PWD.
+    line = "pwd; echo \"$PWD\" \"${OLDPWD-unset}\"; /bin/pwd; ls -d . ..; cd ..; pwd; tr '\\0' ' ' </proc/$$/cmdline"
+    warm, cold = both(fb, line, cwd=cwd)
+    assert warm.stdout.splitlines()[:-1] == cold.stdout.splitlines()[:-1], (warm, cold)
+    assert (warm.stderr, warm.exit_code) == (cold.stderr, cold.exit_code), (warm, cold)
+    assert warm.stdout.splitlines()[-1].startswith("/bin/sh -c . /"), warm
+
+
+def test_a_cwd_that_is_not_there_reads_the_same(fb: Forkbox) -> None:
+    warm, cold = both(fb, "echo never", cwd="/no/such/dir")
+    assert (warm.stdout, warm.stderr, warm.exit_code, warm.exec_error) == (
+        cold.stdout, cold.stderr, cold.exit_code, cold.exec_error), (warm, cold)
+    assert warm.exit_code == 127 and "/no/such/dir" in warm.exec_error, warm
 
 
 def test_the_warm_shell_is_what_runs_a_line(fb: Forkbox) -> None:
@@ -113,12 +130,11 @@ def test_a_syntax_error_gains_eval_too(fb: Forkbox) -> None:
 
 
 def test_lines_the_warm_shell_does_not_take_run_as_before(fb: Forkbox) -> None:
-    # Another environment, another cwd, stdin, another argv[0], no capabilities: each runs
+    # Another environment, stdin, another argv[0], no capabilities: each runs
     # in a shell started for it, whose command line is the line.
     me = "$(tr '\\0' ' ' </proc/$$/cmdline)"
     cases = [
         (dict(cmd=f"echo {me} $FOO", env={"FOO": "bar"}), "bar"),
-        (dict(cmd=f"echo {me} $(pwd)", cwd="/tmp"), "/tmp"),
         (dict(cmd=f"echo {me} $(cat)", stdin=b"in"), "in"),
         (dict(argv=["sh", "-c", f"echo {me} $0"]), "sh"),
         (dict(cmd=f"echo {me} $(grep CapEff /proc/self/status | tr -d '\\t')", caps=[]), "CapEff:0000000000000000"),
@@ -173,6 +189,25 @@ def test_a_session_s_lines_read_the_same_in_its_warm_shell(fb: Forkbox) -> None:
         me = sb.run("tr '\\0' ' ' </proc/$$/cmdline; echo; ps -o pgid= -p $$; echo $$")
         cmdline, pgid, pid = me.stdout.splitlines()
         assert cmdline.startswith("/bin/sh -c . /") and pgid.strip() == pid, me  # a group of its own
+
+
+def test_a_session_s_line_in_another_cwd(fb: Forkbox) -> None:
+    with fb.create(timeout_ms=30_000) as sb:
+        sb.run("mkdir -p /work/sub && ln -s /work/sub /work/link")
+        line = "pwd; echo \"$PWD\" \"${OLDPWD-unset}\"; tr '\\0' ' ' </proc/$$/cmdline"
+        for cwd in ("/work/sub", "/work/link", "/tmp"):
+            time.sleep(0.05)
+            warm = sb.run(line, cwd=cwd)
+            cold = sb.run(argv=["/bin/sh", "-c", line], stdin=b"", cwd=cwd)
+            assert warm.stdout.splitlines()[:-1] == cold.stdout.splitlines()[:-1], (cwd, warm, cold)
+            assert warm.stdout.splitlines()[-1].startswith("/bin/sh -c . /"), warm
+        time.sleep(0.05)
+        warm = sb.run("echo never", cwd="/no/such/dir")  # not a line for the warm shell: it stays
+        cold = sb.run(argv=["/bin/sh", "-c", "echo never"], stdin=b"", cwd="/no/such/dir")
+        assert (warm.stdout, warm.stderr, warm.exit_code, warm.exec_error) == (
+            cold.stdout, cold.stderr, cold.exit_code, cold.exec_error), (warm, cold)
+        assert warm.exit_code == 127 and "/no/such/dir" in warm.exec_error, warm
+        assert sb.run("tr '\\0' ' ' </proc/$$/cmdline").stdout.startswith("/bin/sh -c . /")
 
 
 def test_a_session_s_state_and_files_reach_its_warm_shell(fb: Forkbox) -> None:
