@@ -1018,7 +1018,12 @@ bool python_is_going(pid_t pid) {
             fds.push_back(std::move(warm_shell.output[0]));
             fds.push_back(std::move(warm_shell.output[1]));
         }
-        if ((tag != 'G' && tag != 'O') || fds.size() != 3) continue;
+        if (tag != 'G' && tag != 'O') continue;
+        if (fds.size() != 3) {  // never from our daemon: said, so that the run does not wait for its deadline
+            send_text(control, "x" + std::to_string(id) + " " + std::to_string(EPROTO) + " the run's stdio is missing");
+            send_text(control, "w" + std::to_string(id) + " " + std::to_string(126 << 8) + " 0 0 0 0");
+            continue;
+        }
         trace::mark("embryo: session run received");
         int stdio[3] = {fds[0].get(), fds[1].get(), fds[2].get()};
         pid_t pid = -1;
