@@ -291,6 +291,8 @@ private:
     void start_in_session(Run& r, Session& s);
     void release_session(Run& r, Embryo& e);
     void session_made(Run& r, Embryo& e, unique_fd stage);
+    // The session's next warm shell ("N"), unless it has one coming or the daemon has none.
+    void start_warm_shell(const std::string& session_id);
     void finish_file_verb(Run& r, const RunOutcome& o);
     void close_session(std::string id, const std::string& reason);  // by value: it erases its holder
     void start_fork(Connection conn, Session& parent, uint64_t count);

@@ -206,7 +206,7 @@ void Server::session_made(Run& r, Embryo& e, unique_fd stage) {
     e.run = 0;
     session_by_embryo_[e.id] = id;
     sessions_[id] = std::move(s);
-    if (opt_.warm_shell) make_output_pipes(e);  // its first warm shell's
+    if (!r.job) start_warm_shell(id);  // a fork's children: once all are made (finish_fork)
     r.replied = true;
     if (r.job) {
         fork_child_done(r.job, r.id, id, "");
@@ -272,7 +272,14 @@ void Server::on_session_message(Embryo& e, std::string_view m, std::vector<uniqu
     maybe_finish(r);
     // A line took the warm shell: the next one's starts now, after the reply (started while
     // the line ran, it delayed the line's end on this machine's two CPUs).
-    if (opt_.warm_shell && !e.output_ready[0]) make_output_pipes(e);
+    if (auto s = session_by_embryo_.find(e.id); s != session_by_embryo_.end()) start_warm_shell(s->second);
+}
+
+void Server::start_warm_shell(const std::string& session_id) {
+    auto s = sessions_.find(session_id);
+    if (!opt_.warm_shell || s == sessions_.end()) return;
+    auto e = embryos_.find(s->second->embryo);
+    if (e != embryos_.end() && e->second->control && !e->second->output_ready[0]) make_output_pipes(*e->second);
 }
 
 void Server::start_in_session(Run& r, Session& s) {
@@ -595,6 +602,8 @@ void Server::finish_fork(ForkJob& job) {
             w.end_array();
             w.key("ms").value(ms_between(job.asked, Clock::now()));
         }));
+        // Started with the children, their warm shells slowed the fork's last ones.
+        for (const auto& id : ordered) start_warm_shell(id);
     }
     forks_.erase(job.id);
 }

@@ -262,3 +262,17 @@ def test_a_session_s_warm_shell_killed_or_stopped_by_another_run(fb: Forkbox) ->
         assert r.ok and r.stdout == "stopped\n", r
         r = sb.run("echo continued")
         assert r.ok and r.stdout == "continued\n", r
+
+
+def test_a_fork_s_children_get_warm_shells_of_their_own(fb: Forkbox) -> None:
+    with fb.create(timeout_ms=30_000) as sb:
+        assert sb.run("echo parent > /tmp/state").ok
+        children = sb.fork(2)
+        try:
+            time.sleep(0.1)  # started once the fork has answered
+            for child in children:
+                r = child.run("cat /tmp/state; tr '\\0' ' ' </proc/$$/cmdline")
+                assert r.ok and r.stdout.startswith("parent\n/bin/sh -c . /"), r
+        finally:
+            for child in children:
+                child.close()
