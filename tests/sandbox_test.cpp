@@ -300,18 +300,31 @@ TEST(SandboxWarmShell, TakesALineInTheDefaultEnvironmentWithoutStdin) {
     std::vector<std::string> line = {"/bin/sh", "-c", "echo hi"};
     EXPECT_TRUE(takes_warm_shell(line, kDefaultEnv, false));
     EXPECT_FALSE(takes_warm_shell(line, kDefaultEnv, true));  // stdin
-    auto env = kDefaultEnv;
-    env.push_back("A=1");
-    EXPECT_FALSE(takes_warm_shell(line, env, false));
-    std::swap(env[0], env[1]);  // the same variables in another order: another envp
-    env.pop_back();
-    EXPECT_FALSE(takes_warm_shell(line, env, false));
+    EXPECT_TRUE(takes_warm_shell(line, {"A=1", "PATH=/bin"}, false));
+    EXPECT_FALSE(takes_warm_shell(line, {"IFS=:", "PATH=/bin"}, false));
     // Its $0 is /bin/sh, with no positional parameters; any other argv is a program's.
     EXPECT_FALSE(takes_warm_shell({"sh", "-c", "echo hi"}, kDefaultEnv, false));
     EXPECT_FALSE(takes_warm_shell({"/bin/sh", "-c", "echo $1", "name", "one"}, kDefaultEnv, false));
     EXPECT_FALSE(takes_warm_shell({"/bin/sh", "-e", "-c", "false"}, kDefaultEnv, false));
     EXPECT_FALSE(takes_warm_shell({"/bin/sh", "script.sh", "x"}, kDefaultEnv, false));
     EXPECT_FALSE(takes_warm_shell({"python3", "-c", "pass"}, kDefaultEnv, false));
+}
+
+TEST(SandboxWarmShell, MakesAnEnvironmentAShellCanMake) {
+    EXPECT_EQ(warm_shell_environment(kDefaultEnv), "");
+    EXPECT_EQ(warm_shell_environment({"FOO=it's", "PATH=/bin", "EMPTY="}),
+              "unset PATH HOME TERM LANG PWD; export FOO='it'\\''s' PATH='/bin' EMPTY=''; ");
+    // The defaults in another order are another environment to make (their order is dash's).
+    auto swapped = kDefaultEnv;
+    std::swap(swapped[1], swapped[2]);
+    EXPECT_TRUE(warm_shell_environment(swapped).has_value());
+    EXPECT_EQ(warm_shell_environment({}), "unset PATH HOME TERM LANG PWD; ");
+    // What a shell cannot export, what dash sets itself at its start, a name given twice.
+    for (const char* bad : {"A-B=1", "1A=1", "=1", "NOEQUALS", "IFS=:", "PPID=1", "OPTIND=2", "PWD=/x", "OLDPWD=/",
+                            "PS4=+", "LINENO=3", "ENV=/x"})
+        EXPECT_FALSE(warm_shell_environment({bad, "PATH=/bin"})) << bad;
+    EXPECT_FALSE(warm_shell_environment({"A=1", "A=2"}));
+    EXPECT_TRUE(warm_shell_environment({"_x9=multi\nline", "PATH=/bin"}));
 }
 
 TEST(SandboxKindWire, RoundTrips) {

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <climits>
 #include <chrono>
@@ -573,16 +574,19 @@ std::string single_quoted(std::string_view text) {
 
 // The line to the warm shell, which is then the command's: its pid, or -1 (errno) when it
 // died before it could read it (an init ignores the SIGPIPE it has no handler for: EPIPE).
-// In another cwd than its own ("/"), it changes there first, physically (`cd -P`), as a
-// shell started there has its PWD from getcwd() and no OLDPWD; the caller has checked
+// In another environment, it makes that first (warm_shell_environment); in another cwd
+// than its own ("/"), or after PWD was unset, it changes there, physically (`cd -P`), as
+// a shell started there has its PWD from getcwd() and no OLDPWD; the caller has checked
 // that it can.
-pid_t give_line(const std::string& line, const std::string& cwd) {
+pid_t give_line(const std::string& line, const std::vector<std::string>& env, const std::string& cwd) {
     pid_t pid = warm_shell.pid;
     sched_param none{};
     ::sched_setscheduler(pid, SCHED_OTHER, &none);
     ::kill(pid, SIGCONT);  // a session's run may have stopped everyone else (kill -STOP -1)
     std::string script = "exec 3<&-; ";
-    if (cwd != "/") script += "cd -P -- " + single_quoted(cwd) + " || exit; unset OLDPWD; ";
+    std::string environment = warm_shell_environment(env).value_or(std::string());
+    script += environment;
+    if (cwd != "/" || !environment.empty()) script += "cd -P -- " + single_quoted(cwd) + " || exit; unset OLDPWD; ";
     script += "eval " + single_quoted(line) + "\n";
     std::string_view rest(script);
     while (!rest.empty()) {
@@ -607,7 +611,7 @@ pid_t give_line(const std::string& line, const std::string& cwd) {
     limit_started(control, pid, r);
     if (::chdir(r.cwd.c_str()) < 0) exec_failed(control, errno, "cwd " + r.cwd);  // as run() reports it
     int64_t used = stage_used();
-    if (give_line(r.argv[2], r.cwd) < 0) send_text(control, "X" + std::to_string(errno) + " warm shell: " + std::strerror(errno));
+    if (give_line(r.argv[2], r.env, r.cwd) < 0) send_text(control, "X" + std::to_string(errno) + " warm shell: " + std::strerror(errno));
     trace::mark("embryo: spawned");
     for (int i = 0; i < 3; ++i) ::close(stdio[i]);
     report_end(control, pid, used);
@@ -1065,7 +1069,7 @@ bool python_is_going(pid_t pid) {
                              ::access(release->cwd.c_str(), X_OK) == 0;
             if (line && enterable && fits_warm_shell(*release, stdio[0])) {
                 used_at_start[id] = stage_used();
-                pid = give_line(release->argv[2], release->cwd);
+                pid = give_line(release->argv[2], release->env, release->cwd);
                 trace::mark("embryo: session run spawned");
                 if (pid > 0) {
                     leaders[pid] = id;
@@ -1113,7 +1117,28 @@ bool python_is_going(pid_t pid) {
 }  // namespace
 
 bool takes_warm_shell(const std::vector<std::string>& argv, const std::vector<std::string>& env, bool has_stdin) {
-    return !has_stdin && argv.size() == 3 && argv[0] == "/bin/sh" && argv[1] == "-c" && env == kDefaultEnv;
+    return !has_stdin && argv.size() == 3 && argv[0] == "/bin/sh" && argv[1] == "-c" && warm_shell_environment(env);
+}
+
+std::optional<std::string> warm_shell_environment(const std::vector<std::string>& env) {
+    if (env == kDefaultEnv) return std::string();
+    static const std::set<std::string_view> kSetByDash = {"IFS", "PPID", "OPTIND", "LINENO", "PWD", "OLDPWD", "PS1",
+                                                          "PS2", "PS4", "ENV", "MAIL", "MAILPATH", "MAILCHECK",
+                                                          "HISTSIZE", "ATTY", "TERMCAP"};
+    std::set<std::string> names;
+    std::string exports;
+    for (const auto& entry : env) {
+        size_t eq = entry.find('=');
+        if (eq == std::string::npos) return std::nullopt;
+        std::string name = entry.substr(0, eq);
+        bool identifier = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+                          std::all_of(name.begin(), name.end(), [](char c) { return c == '_' || std::isalnum(static_cast<unsigned char>(c)); });
+        if (!identifier || kSetByDash.count(name) || !names.insert(name).second) return std::nullopt;
+        exports += " " + name + "=" + single_quoted(std::string_view(entry).substr(eq + 1));
+    }
+    std::string unset = "unset";
+    for (const auto& entry : kDefaultEnv) unset += " " + entry.substr(0, entry.find('='));
+    return unset + " PWD;" + (exports.empty() ? std::string() : " export" + exports + ";") + " ";
 }
 
 std::string Release::encode() const {

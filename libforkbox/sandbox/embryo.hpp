@@ -44,6 +44,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,9 +59,18 @@
 namespace forkbox::sandbox {
 
 // Whether a command is a line an embryo's warm shell runs as a `/bin/sh -c LINE` started for
-// it would: the line in the default environment, without stdin (pure, unit-tested). The
-// warm shell is a dash (`/bin/sh -c '. /dev/fd/3'`) started while the embryo waits.
+// it would: the line without stdin, in an environment warm_shell_environment takes (pure,
+// unit-tested). The warm shell is a dash (`/bin/sh -c '. /dev/fd/3'`) started, in the
+// default environment, while the embryo waits.
 bool takes_warm_shell(const std::vector<std::string>& argv, const std::vector<std::string>& env, bool has_stdin);
+
+// What turns the warm shell's environment (kDefaultEnv) into `env` as a dash started with
+// `env` has it: "" for the default, else `unset` of every default variable and PWD, then
+// `export` of `env`'s in its order (dash lists its children's environment by its own hash
+// chains, in which a variable's place follows when it was set), ending in "; ". Nothing
+// for an environment a shell cannot make: a name that is not an identifier, one given
+// twice, or one dash sets itself when it starts (IFS, PPID, OPTIND, PWD, ...).
+std::optional<std::string> warm_shell_environment(const std::vector<std::string>& env);
 
 // A release carries the request's argv, env and cwd: at most about a request's size.
 inline constexpr size_t kReleaseBufferBytes = 2 * kMaxRequestBytes;

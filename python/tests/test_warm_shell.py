@@ -98,6 +98,36 @@ def test_a_line_in_another_cwd_reads_the_same(fb: Forkbox, cwd: str) -> None:
     assert warm.stdout.splitlines()[-1].startswith("/bin/sh -c . /"), warm
 
 
+ENVS = [
+    {"FOO": "bar"},
+    {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "QUOTED": "it's \"quoted\" $HOME `x`", "MULTI": "two\nlines"},
+    {"LANG": "C", "EMPTY": "", "TERM": "dumb"},
+    # Many names: the order of a child's environment is dash's hash chains', in which a
+    # variable's place follows when it was set.
+    {f"V{i}_{chr(65 + i % 26)}": str(i) for i in range(60)},
+    {"HOME": "/root", "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TERM": "xterm",
+     "LANG": "C.UTF-8", "A": "1"},
+]
+
+
+@pytest.mark.parametrize("env", ENVS, ids=range(len(ENVS)))
+def test_a_line_in_another_environment_reads_the_same(fb: Forkbox, env) -> None:
+    line = "env; echo \"$HOME|${LANG-unset}|$PWD|${OLDPWD-unset}\"; export -p; cd; pwd; tr '\\0' ' ' </proc/$$/cmdline"
+    for cwd in ("/", "/tmp"):
+        warm, cold = both(fb, line, env=env, cwd=cwd)
+        assert warm.stdout.splitlines()[:-1] == cold.stdout.splitlines()[:-1], (cwd, warm, cold)
+        assert (warm.stderr, warm.exit_code) == (cold.stderr, cold.exit_code), (warm, cold)
+        assert warm.stdout.splitlines()[-1].startswith("/bin/sh -c . /"), warm
+
+
+@pytest.mark.parametrize("env", [{"IFS": ":"}, {"A-B": "1"}, {"PPID": "1"}, {"PWD": "/tmp"}], ids=str)
+def test_an_environment_a_shell_cannot_make_starts_its_own(fb: Forkbox, env) -> None:
+    line = "env | sort; tr '\\0' ' ' </proc/$$/cmdline"
+    warm, cold = both(fb, line, env=env)
+    assert warm.stdout == cold.stdout.replace("/bin/sh -c", "/bin/sh -c"), (warm, cold)
+    assert "/bin/sh -c env" in warm.stdout, warm
+
+
 def test_a_cwd_that_is_not_there_reads_the_same(fb: Forkbox) -> None:
     warm, cold = both(fb, "echo never", cwd="/no/such/dir")
     assert (warm.stdout, warm.stderr, warm.exit_code, warm.exec_error) == (
@@ -130,11 +160,10 @@ def test_a_syntax_error_gains_eval_too(fb: Forkbox) -> None:
 
 
 def test_lines_the_warm_shell_does_not_take_run_as_before(fb: Forkbox) -> None:
-    # Another environment, stdin, another argv[0], no capabilities: each runs
+    # Stdin, another argv[0], no capabilities: each runs
     # in a shell started for it, whose command line is the line.
     me = "$(tr '\\0' ' ' </proc/$$/cmdline)"
     cases = [
-        (dict(cmd=f"echo {me} $FOO", env={"FOO": "bar"}), "bar"),
         (dict(cmd=f"echo {me} $(cat)", stdin=b"in"), "in"),
         (dict(argv=["sh", "-c", f"echo {me} $0"]), "sh"),
         (dict(cmd=f"echo {me} $(grep CapEff /proc/self/status | tr -d '\\t')", caps=[]), "CapEff:0000000000000000"),
@@ -194,12 +223,18 @@ def test_a_session_s_lines_read_the_same_in_its_warm_shell(fb: Forkbox) -> None:
 def test_a_session_s_line_in_another_cwd(fb: Forkbox) -> None:
     with fb.create(timeout_ms=30_000) as sb:
         sb.run("mkdir -p /work/sub && ln -s /work/sub /work/link")
-        line = "pwd; echo \"$PWD\" \"${OLDPWD-unset}\"; tr '\\0' ' ' </proc/$$/cmdline"
+        line = "pwd; env; echo \"$PWD\" \"${OLDPWD-unset}\"; tr '\\0' ' ' </proc/$$/cmdline"
         for cwd in ("/work/sub", "/work/link", "/tmp"):
             time.sleep(0.05)
             warm = sb.run(line, cwd=cwd)
             cold = sb.run(argv=["/bin/sh", "-c", line], stdin=b"", cwd=cwd)
             assert warm.stdout.splitlines()[:-1] == cold.stdout.splitlines()[:-1], (cwd, warm, cold)
+            assert warm.stdout.splitlines()[-1].startswith("/bin/sh -c . /"), warm
+        for env in ENVS[:2]:
+            time.sleep(0.05)
+            warm = sb.run(line, cwd="/work/link", env=env)
+            cold = sb.run(argv=["/bin/sh", "-c", line], stdin=b"", cwd="/work/link", env=env)
+            assert warm.stdout.splitlines()[:-1] == cold.stdout.splitlines()[:-1], (env, warm, cold)
             assert warm.stdout.splitlines()[-1].startswith("/bin/sh -c . /"), warm
         time.sleep(0.05)
         warm = sb.run("echo never", cwd="/no/such/dir")  # not a line for the warm shell: it stays
