@@ -18,6 +18,33 @@ namespace {
 
 bool has_nul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
 
+// The words after "export" in warm_shell_environment's text, unquoted: '...' and \'.
+std::vector<std::string> exported_words(const std::string& text) {
+    std::vector<std::string> words;
+    size_t at = text.find("; export ");
+    if (at == std::string::npos) return words;
+    std::string word;
+    bool quoted = false;
+    for (size_t i = at + 9; i < text.size(); ++i) {
+        char c = text[i];
+        if (quoted) {
+            if (c == '\'') quoted = false;
+            else word += c;
+        } else if (c == '\'') {
+            quoted = true;
+        } else if (c == '\\' && i + 1 < text.size()) {
+            word += text[++i];
+        } else if (c == ' ' || c == ';') {
+            if (!word.empty()) words.push_back(word);
+            word.clear();
+            if (c == ';') break;
+        } else {
+            word += c;
+        }
+    }
+    return words;
+}
+
 void check_request(const RunRequest& r) {
     FUZZ_CHECK(!r.argv.empty() && !r.argv[0].empty(), "no command");
     for (const auto& a : r.argv) FUZZ_CHECK(!has_nul(a), "argv with NUL");
@@ -41,6 +68,12 @@ void check_request(const RunRequest& r) {
     release.drop_all_caps = r.drop_all_caps;
     auto decoded = Release::decode(release.encode());
     FUZZ_CHECK(decoded && *decoded == release, "the release of a request does not decode to itself");
+    // The warm shell's environment: its export, read back as a shell reads its words, is
+    // the request's environment, every value whole.
+    if (auto made = warm_shell_environment(r.env)) {
+        FUZZ_CHECK(made->empty() == (r.env == kDefaultEnv), "the default environment is not the warm shell's own");
+        if (!made->empty()) FUZZ_CHECK(exported_words(*made) == r.env, "the warm shell's export is not the environment");
+    }
 }
 
 // A file verb: its paths clean and absolute, `to` for a rename alone, and what the service
