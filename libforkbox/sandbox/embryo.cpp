@@ -559,11 +559,17 @@ bool is_dev_null(int fd) {
     return ::fstat(fd, &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3);
 }
 
-// A release the warm shell runs exactly as `/bin/sh -c LINE` would, with every capability
-// the embryo has.
-bool fits_warm_shell(const Release& r, int stdin_fd) {
-    return warm_shell.pid > 0 && !r.warm_python && !r.drop_all_caps && takes_warm_shell(r.argv, r.env, false) &&
-           is_dev_null(stdin_fd);
+// `/bin/sh -c LINE`, with no positional parameters: the warm shell's own $0 and $#.
+bool is_shell_line(const std::vector<std::string>& argv) {
+    return argv.size() == 3 && argv[0] == "/bin/sh" && argv[1] == "-c";
+}
+
+// For a release the warm shell runs exactly as `/bin/sh -c LINE` would (with every
+// capability the embryo has), what makes its environment (warm_shell_environment).
+std::optional<std::string> fits_warm_shell(const Release& r, int stdin_fd) {
+    if (warm_shell.pid < 0 || r.warm_python || r.drop_all_caps || !is_dev_null(stdin_fd)) return std::nullopt;
+    if (!is_shell_line(r.argv)) return std::nullopt;
+    return warm_shell_environment(r.env);
 }
 
 std::string single_quoted(std::string_view text) {
@@ -574,18 +580,16 @@ std::string single_quoted(std::string_view text) {
 
 // The line to the warm shell, which is then the command's: its pid, or -1 (errno) when it
 // died before it could read it (an init ignores the SIGPIPE it has no handler for: EPIPE).
-// In another environment, it makes that first (warm_shell_environment); in another cwd
-// than its own ("/"), or after PWD was unset, it changes there, physically (`cd -P`), as
-// a shell started there has its PWD from getcwd() and no OLDPWD; the caller has checked
-// that it can.
-pid_t give_line(const std::string& line, const std::vector<std::string>& env, const std::string& cwd) {
+// In another environment, it makes that first (`environment`, from fits_warm_shell); in
+// another cwd than its own ("/"), or after PWD was unset, it changes there, physically
+// (`cd -P`), as a shell started there has its PWD from getcwd() and no OLDPWD; the caller
+// has checked that it can.
+pid_t give_line(const std::string& line, const std::string& environment, const std::string& cwd) {
     pid_t pid = warm_shell.pid;
     sched_param none{};
     ::sched_setscheduler(pid, SCHED_OTHER, &none);
     ::kill(pid, SIGCONT);  // a session's run may have stopped everyone else (kill -STOP -1)
-    std::string script = "exec 3<&-; ";
-    std::string environment = warm_shell_environment(env).value_or(std::string());
-    script += environment;
+    std::string script = "exec 3<&-; " + environment;
     if (cwd != "/" || !environment.empty()) script += "cd -P -- " + single_quoted(cwd) + " || exit; unset OLDPWD; ";
     script += "eval " + single_quoted(line) + "\n";
     std::string_view rest(script);
@@ -606,12 +610,12 @@ pid_t give_line(const std::string& line, const std::vector<std::string>& env, co
 }
 
 // The release's line to the warm shell, under the release's limits.
-[[noreturn]] void run_in_warm_shell(int control, const Release& r, const int* stdio) {
+[[noreturn]] void run_in_warm_shell(int control, const Release& r, const std::string& environment, const int* stdio) {
     pid_t pid = warm_shell.pid;
     limit_started(control, pid, r);
     if (::chdir(r.cwd.c_str()) < 0) exec_failed(control, errno, "cwd " + r.cwd);  // as run() reports it
     int64_t used = stage_used();
-    if (give_line(r.argv[2], r.env, r.cwd) < 0) send_text(control, "X" + std::to_string(errno) + " warm shell: " + std::strerror(errno));
+    if (give_line(r.argv[2], environment, r.cwd) < 0) send_text(control, "X" + std::to_string(errno) + " warm shell: " + std::strerror(errno));
     trace::mark("embryo: spawned");
     for (int i = 0; i < 3; ++i) ::close(stdio[i]);
     report_end(control, pid, used);
@@ -1067,9 +1071,10 @@ bool python_is_going(pid_t pid) {
             struct stat cwd{};
             bool enterable = ::stat(release->cwd.c_str(), &cwd) == 0 && S_ISDIR(cwd.st_mode) &&
                              ::access(release->cwd.c_str(), X_OK) == 0;
-            if (line && enterable && fits_warm_shell(*release, stdio[0])) {
+            auto environment = line && enterable ? fits_warm_shell(*release, stdio[0]) : std::nullopt;
+            if (environment) {
                 used_at_start[id] = stage_used();
-                pid = give_line(release->argv[2], release->env, release->cwd);
+                pid = give_line(release->argv[2], *environment, release->cwd);
                 trace::mark("embryo: session run spawned");
                 if (pid > 0) {
                     leaders[pid] = id;
@@ -1117,7 +1122,7 @@ bool python_is_going(pid_t pid) {
 }  // namespace
 
 bool takes_warm_shell(const std::vector<std::string>& argv, const std::vector<std::string>& env, bool has_stdin) {
-    return !has_stdin && argv.size() == 3 && argv[0] == "/bin/sh" && argv[1] == "-c" && warm_shell_environment(env);
+    return !has_stdin && is_shell_line(argv) && warm_shell_environment(env);
 }
 
 std::optional<std::string> warm_shell_environment(const std::vector<std::string>& env) {
@@ -1277,7 +1282,7 @@ void embryo_main(const EmbryoSetup& s) {
     if (!release) exec_failed(control, EPROTO, "release");
     int stdio[3] = {fds[0].release(), fds[1].release(), fds[2].release()};
     if (release->warm_python && warm_python.pid > 0) run_warm_python(control, *release, stdio);
-    if (fits_warm_shell(*release, stdio[0])) run_in_warm_shell(control, *release, stdio);
+    if (auto environment = fits_warm_shell(*release, stdio[0])) run_in_warm_shell(control, *release, *environment, stdio);
     run(control, *release, stdio);
 }
 
