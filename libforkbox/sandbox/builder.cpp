@@ -392,7 +392,7 @@ ProfileOptions profile_options(const ServerOptions& opt, bool mapped_range) {
     return o;
 }
 
-Result<unique_fd> start_builder(const BuilderConfig& config) {
+Result<unique_fd> start_builder(const BuilderConfig& config, unique_fd& pidfd) {
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) return sys_error("socketpair");
     unique_fd ours(sv[0]), theirs(sv[1]);
@@ -412,6 +412,8 @@ Result<unique_fd> start_builder(const BuilderConfig& config) {
         Builder b(config, theirs.get());
         b.serve();
     }
+    pidfd.reset(sys::pidfd_open(pid));
+    if (!pidfd) return sys_error("pidfd of the sandbox builder");
     return ours;
 }
 

@@ -56,7 +56,7 @@ Result<SandboxKind> decode_kind(std::string_view data);
 ProfileOptions profile_options(const ServerOptions& options, bool mapped_range);
 
 // Forks the builder (a child of the calling service, which closes every other fd); returns
-// the service's end of its socket.
-Result<unique_fd> start_builder(const BuilderConfig& config);
+// the service's end of its socket, and a pidfd of the builder in `pidfd`.
+Result<unique_fd> start_builder(const BuilderConfig& config, unique_fd& pidfd);
 
 }  // namespace forkbox::sandbox

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <array>
 #include <cctype>
 #include <chrono>
@@ -140,11 +141,12 @@ bool server_gone(pid_t pid) {
     return paren != std::string::npos && paren + 2 < stat->size() && (*stat)[paren + 2] == 'Z';
 }
 
-// Sandbox cgroups left by a server that died (named <pid>-<n>): removed when that pid is
-// gone, with whatever still runs in them killed first (remove_cgroups waits the moment the
-// kernel takes to release killed tasks).
-void remove_stale_cgroups(const CgroupLayout& layout, const std::string& relative_parent) {
-    std::vector<std::string> stale;
+// The sandbox cgroups of servers `whose` says yes to (named <server pid>-<n>), removed
+// with whatever still runs in them killed first (remove_cgroups waits the moment the kernel
+// takes to release killed tasks).
+Result<void> remove_server_cgroups(const CgroupLayout& layout, const std::string& relative_parent,
+                                   const std::function<bool(pid_t)>& whose) {
+    std::vector<std::string> dirs;
     for (const auto& h : layout.hierarchies) {
         std::string parent = h.mountpoint + relative_parent;
         DIR* d = ::opendir(parent.c_str());
@@ -152,15 +154,21 @@ void remove_stale_cgroups(const CgroupLayout& layout, const std::string& relativ
         while (dirent* e = ::readdir(d)) {
             if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
             pid_t pid = static_cast<pid_t>(std::strtol(e->d_name, nullptr, 10));
-            if (pid <= 0 || !server_gone(pid)) continue;
-            stale.push_back(parent + "/" + e->d_name);
-            for (pid_t p : cgroup_tree_pids(stale.back())) ::kill(p, SIGKILL);
+            if (pid <= 0 || !whose(pid)) continue;
+            dirs.push_back(parent + "/" + e->d_name);
+            for (pid_t p : cgroup_tree_pids(dirs.back())) ::kill(p, SIGKILL);
             // A paused session's tasks act on the SIGKILL only once thawed.
-            (void)write_file(stale.back() + (h.unified ? "/cgroup.freeze" : "/freezer.state"), h.unified ? "0" : "THAWED");
+            (void)write_file(dirs.back() + (h.unified ? "/cgroup.freeze" : "/freezer.state"), h.unified ? "0" : "THAWED");
         }
         ::closedir(d);
     }
-    if (auto r = remove_cgroups(stale); !r) log::warn("sandbox: a dead server's cgroups: " + r.error().what());
+    return remove_cgroups(dirs);
+}
+
+// Sandbox cgroups left by a server that died: removed when that pid is gone.
+void remove_stale_cgroups(const CgroupLayout& layout, const std::string& relative_parent) {
+    if (auto r = remove_server_cgroups(layout, relative_parent, server_gone); !r)
+        log::warn("sandbox: a dead server's cgroups: " + r.error().what());
 }
 
 }  // namespace
@@ -249,7 +257,7 @@ Result<void> Server::setup() {
     config.daemon_lower = daemon_lower_;
     // The profile is compiled once; every embryo loads the same program.
     FB_ASSIGN(config.seccomp, compile_seccomp(*sandbox_spec({}, {}).linux->seccomp));
-    FB_ASSIGN(builder_, start_builder(config));
+    FB_ASSIGN(builder_, start_builder(config, builder_pidfd_));
     ::fcntl(builder_.get(), F_SETFL, O_NONBLOCK);
     watch(builder_.get(), EPOLLIN, Watch::Builder, 0);
     ::fcntl(handoff_, F_SETFL, O_NONBLOCK);
@@ -1665,15 +1673,25 @@ void Server::shutdown() {
     sessions_.clear();
     session_by_embryo_.clear();
     std::vector<uint64_t> ids;
-    std::vector<std::string> dirs;
-    for (auto& [id, e] : embryos_) {
-        ids.push_back(id);
-        if (e->pid > 0) dirs.insert(dirs.end(), e->cgroup_dirs.begin(), e->cgroup_dirs.end());
-    }
+    for (auto& [id, e] : embryos_) ids.push_back(id);
     for (uint64_t id : ids) discard_embryo(id);
     runs_.clear();
-    // Here, not by the builder: it dies with this process.
-    (void)remove_cgroups(dirs);
+    // Every cgroup of this service's, here, not by the builder, which dies with this process:
+    // those of embryos, of one still being built (no builder's answer will undo it now), and
+    // of ended sandboxes whose removal the builder had not made yet (a daemon stopped during
+    // a pool refill left them). First the builder ends: its socket closed, it finishes what
+    // it was doing (a build's cgroups made while they were swept outlived both) and exits;
+    // an embryo it made meanwhile exits as its control socket closes.
+    unwatch(builder_.get());
+    builder_.reset();
+    if (builder_pidfd_ && !wait_pidfd_exit(builder_pidfd_.get(), 5000)) {
+        sys::pidfd_send_signal(builder_pidfd_.get(), SIGKILL);
+        (void)wait_pidfd_exit(builder_pidfd_.get(), 1000);
+    }
+    if (limits_.cgroups) {
+        pid_t self = ::getpid();
+        (void)remove_server_cgroups(layout_, cgroup_parent_, [self](pid_t pid) { return pid == self; });
+    }
 }
 
 int Server::run() {

@@ -313,7 +313,7 @@ private:
     int listener_;
     Acceptor acceptor_;  // sheds clients at EMFILE instead of spinning
     ServerOptions opt_;
-    unique_fd epoll_, signals_, dev_null_, builder_;
+    unique_fd epoll_, signals_, dev_null_, builder_, builder_pidfd_;
     bool mapped_range_ = false;  // a root daemon
     bool daemon_lower_ = false;  // ... with CAP_SYS_ADMIN (BuilderConfig::daemon_lower)
     std::string cgroup_parent_;  // relative to each hierarchy's root (BuilderConfig)
