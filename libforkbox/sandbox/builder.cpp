@@ -199,7 +199,7 @@ Result<void> Builder::parent_side(pid_t pid, const SandboxKind& kind, const Plan
     // A root daemon's lower layer: a copy of "/" alone (not its submounts), made here where
     // nothing is locked, idmapped so that the host's root-owned files are the sandbox root's
     // (not for a peer other than the daemon's user: SandboxKind::unmapped_lower). A user's
-    // embryo builds its root itself (embryo.cpp).
+    // embryo builds its root itself (embryo_root.cpp).
     unique_fd lower;
     lower_kind = "none";
     if (c_.daemon_lower && member_lower) {  // open_as_member's, idmapped already

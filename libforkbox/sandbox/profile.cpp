@@ -51,7 +51,7 @@ oci::Spec sandbox_spec(const SandboxKind& kind, const ProfileOptions& o) {
                      : mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
         // The host's secrets: sockets and state under /run, root's and users' homes. /tmp,
         // /run and /root are the sandbox's own empty directories in its writable state
-        // (embryo.cpp), in the stage tmpfs's size cap; /home is empty and read-only.
+        // (embryo_root.cpp), in the stage tmpfs's size cap; /home is empty and read-only.
         mount("/home", "tmpfs", "tmpfs", {"nosuid", "nodev", "ro", "mode=755", "size=4k"}),
     };
     for (const auto& h : o.hidden) spec.mounts.push_back(mount(h, "tmpfs", "tmpfs", {"nosuid", "nodev", "ro", "mode=755", "size=4k"}));

@@ -23,7 +23,7 @@ struct SandboxKind {
     bool network = false;  // the host's network instead of a namespace with only lo
     std::vector<BindRequest> mounts;
     // A warm Python: the embryo starts python3 with these modules imported, and a request
-    // hands it the code to run (embryo.cpp).
+    // hands it the code to run (warm_python.cpp).
     bool python = false;
     std::vector<std::string> preload;
     // For a peer that is not the daemon's own user (--allow-group): the host's files in the

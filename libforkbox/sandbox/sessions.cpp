@@ -1,5 +1,5 @@
 // Sessions: a sandbox made once and kept for many runs and file verbs (docs/sandbox-protocol.md,
-// "Sessions"). Its init stays (embryo.cpp, session_loop) and starts each run as a process
+// "Sessions"). Its init stays (embryo_session.cpp, session_loop) and starts each run as a process
 // group of its own; the service keeps its stage (a fork's source), its deadline and its
 // clients, and ends it on close, ttl, idleness, or its init's death.
 #include <fcntl.h>

@@ -5,7 +5,7 @@
 // for a user's sandbox, the plain directories of its root), with the manifest a diff
 // compares against.
 //
-// Where the state lives, in the stage tmpfs (embryo.cpp): a root daemon's sandbox has one
+// Where the state lives, in the stage tmpfs (embryo_root.cpp): a root daemon's sandbox has one
 // overlay of "/", whose upper layer `upper/` is the whole state; a user's sandbox has one
 // overlay per top-level directory (`upper/usr` for /usr, ...) and writable plain directories
 // in `root/` (/tmp, /root, /run, and what the sandbox makes at the top).

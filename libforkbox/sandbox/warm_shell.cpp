@@ -1,0 +1,175 @@
+#include "libforkbox/sandbox/embryo_parts.hpp"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "libforkbox/base/trace.hpp"
+
+namespace forkbox::sandbox {
+
+// Most of a short shell line's run is the shell's own start (exec, the loader, libc's
+// start-up: ~0.5 ms here, in a sandbox or not). So a pooled embryo starts its shell while it
+// waits for a request: `/bin/sh -c '. /dev/fd/3'` (as SCHED_BATCH) blocks reading a script
+// from a pipe, and a release that fits it is written there as `exec 3<&-; eval 'LINE'`.
+// Only a dash: it runs a -c line as eval runs one (each command in a child, its last one
+// too, so exit codes and signals read the same); a bash or busybox sh execs the last
+// command itself. What differs: the shell's command line, and "eval: " in the shell's own
+// messages ("/bin/sh: 1: eval: nosuch: not found").
+namespace embryo {
+
+namespace {
+
+bool shell_is_dash() {
+    char resolved[PATH_MAX];
+    if (!::realpath("/bin/sh", resolved)) return false;
+    std::string_view path(resolved);
+    return path.substr(path.rfind('/') + 1) == "dash";
+}
+
+bool is_dev_null(int fd) {
+    struct stat st{};
+    return ::fstat(fd, &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3);
+}
+
+// `/bin/sh -c LINE`, with no positional parameters: the warm shell's own $0 and $#.
+bool is_shell_line(const std::vector<std::string>& argv) {
+    return argv.size() == 3 && argv[0] == "/bin/sh" && argv[1] == "-c";
+}
+
+std::string single_quoted(std::string_view text) {
+    std::string out = "'";
+    for (char ch : text) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    return out + "'";
+}
+
+}  // namespace
+
+WarmShell warm_shell;
+
+void start_warm_shell(int out, int err, bool own_group, uint64_t address_limit) {
+    if (!shell_is_dash()) return;
+    int ends[2];
+    if (::pipe2(ends, O_CLOEXEC) < 0) return;
+    unique_fd read_end(ends[0]), write_end(ends[1]);
+    unique_fd script_in(::fcntl(read_end.get(), F_DUPFD_CLOEXEC, 10));  // clear of 0-3 in the child
+    unique_fd null(::open("/dev/null", O_RDWR | O_CLOEXEC));            // as the daemon's
+    if (!script_in || !null) return;
+    Release r;
+    r.argv = {"/bin/sh", "-c", ::access("/dev/fd/3", F_OK) == 0 || errno != ENOENT ? ". /dev/fd/3" : ". /proc/self/fd/3"};
+    r.env = kDefaultEnv;
+    Command c = prepare(r);
+    c.cwd = "/";
+    c.batch = true;
+    c.own_group = own_group;
+    c.limit_address = address_limit != 0;
+    c.address = rlimit{address_limit, address_limit};
+    c.script_fd = script_in.get();
+    int stdio[3] = {null.get(), out, err};
+    mode_t umask_before = ::umask(022);  // a login's, as run() sets
+    pid_t pid = spawn(c, stdio);
+    ::umask(umask_before);
+    if (pid < 0) return;
+    if (exec_errno) {
+        ::waitpid(pid, nullptr, 0);
+        return;
+    }
+    warm_shell.pid = pid;
+    warm_shell.script = std::move(write_end);
+}
+
+void drop_warm_shell(bool reap) {
+    if (warm_shell.pid < 0) return;
+    ::kill(warm_shell.pid, SIGKILL);
+    if (reap) ::waitpid(warm_shell.pid, nullptr, 0);
+    warm_shell.pid = -1;
+    warm_shell.script.reset();
+}
+
+std::optional<std::string> fits_warm_shell(const Release& r, int stdin_fd) {
+    if (warm_shell.pid < 0 || r.warm_python || r.drop_all_caps || !is_dev_null(stdin_fd)) return std::nullopt;
+    if (!is_shell_line(r.argv)) return std::nullopt;
+    return warm_shell_environment(r.env);
+}
+
+// The line to the warm shell, which is then the command's: its pid, or -1 (errno) when it
+// died before it could read it (an init ignores the SIGPIPE it has no handler for: EPIPE).
+// In another environment, it makes that first (`environment`, from fits_warm_shell); in
+// another cwd than its own ("/"), or after PWD was unset, it changes there, physically
+// (`cd -P`), as a shell started there has its PWD from getcwd() and no OLDPWD; the caller
+// has checked that it can.
+pid_t give_line(const std::string& line, const std::string& environment, const std::string& cwd) {
+    pid_t pid = warm_shell.pid;
+    sched_param none{};
+    ::sched_setscheduler(pid, SCHED_OTHER, &none);
+    ::kill(pid, SIGCONT);  // a session's run may have stopped everyone else (kill -STOP -1)
+    std::string script = "exec 3<&-; " + environment;
+    if (cwd != "/" || !environment.empty()) script += "cd -P -- " + single_quoted(cwd) + " || exit; unset OLDPWD; ";
+    script += "eval " + single_quoted(line) + "\n";
+    std::string_view rest(script);
+    while (!rest.empty()) {
+        ssize_t n = ::write(warm_shell.script.get(), rest.data(), rest.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            int err = n < 0 ? errno : EPIPE;
+            drop_warm_shell(false);
+            errno = err;
+            return -1;
+        }
+        rest.remove_prefix(static_cast<size_t>(n));
+    }
+    warm_shell.pid = -1;
+    warm_shell.script.reset();
+    return pid;
+}
+
+// The release's line to the warm shell, under the release's limits.
+[[noreturn]] void run_in_warm_shell(int control, const Release& r, const std::string& environment, const int* stdio) {
+    pid_t pid = warm_shell.pid;
+    limit_started(control, pid, r);
+    if (::chdir(r.cwd.c_str()) < 0) exec_failed(control, errno, "cwd " + r.cwd);  // as run() reports it
+    int64_t used = stage_used();
+    if (give_line(r.argv[2], environment, r.cwd) < 0) send_text(control, "X" + std::to_string(errno) + " warm shell: " + std::strerror(errno));
+    trace::mark("embryo: spawned");
+    for (int i = 0; i < 3; ++i) ::close(stdio[i]);
+    report_end(control, pid, used);
+}
+
+}  // namespace embryo
+
+bool takes_warm_shell(const std::vector<std::string>& argv, const std::vector<std::string>& env, bool has_stdin) {
+    return !has_stdin && embryo::is_shell_line(argv) && warm_shell_environment(env);
+}
+
+std::optional<std::string> warm_shell_environment(const std::vector<std::string>& env) {
+    if (env == kDefaultEnv) return std::string();
+    static const std::set<std::string_view> kSetByDash = {"IFS", "PPID", "OPTIND", "LINENO", "PWD", "OLDPWD", "PS1",
+                                                          "PS2", "PS4", "ENV", "MAIL", "MAILPATH", "MAILCHECK",
+                                                          "HISTSIZE", "ATTY", "TERMCAP"};
+    std::set<std::string> names;
+    std::string exports;
+    for (const auto& entry : env) {
+        size_t eq = entry.find('=');
+        if (eq == std::string::npos) return std::nullopt;
+        std::string name = entry.substr(0, eq);
+        bool identifier = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+                          std::all_of(name.begin(), name.end(), [](char c) { return c == '_' || std::isalnum(static_cast<unsigned char>(c)); });
+        if (!identifier || kSetByDash.count(name) || !names.insert(name).second) return std::nullopt;
+        exports += " " + name + "=" + embryo::single_quoted(std::string_view(entry).substr(eq + 1));
+    }
+    std::string unset = "unset";
+    for (const auto& entry : kDefaultEnv) unset += " " + entry.substr(0, entry.find('='));
+    return unset + " PWD;" + (exports.empty() ? std::string() : " export" + exports + ";") + " ";
+}
+
+}  // namespace forkbox::sandbox
