@@ -228,8 +228,6 @@ Result<void> build_root(const EmbryoSetup& s, int lower_tree, int fork_source) {
     return {};
 }
 
-// Everything that does not depend on the root's layers: done once the id maps are written
-// ("P"), so that a held embryo (embryo.hpp) has it done before its fork asks for it.
 Result<void> enter_namespaces(const EmbryoSetup& s) {
     const Plan& plan = *s.plan;
     FB_TRY_CTX(join_v1_cgroups(s.cgroup_task_fds), "sandbox cgroups");
@@ -257,7 +255,6 @@ Result<void> enter_namespaces(const EmbryoSetup& s) {
     return {};
 }
 
-// The root ("M"): its layers, the Plan's mounts, then the hardening.
 Result<void> build(const EmbryoSetup& s, int lower_tree, int fork_source) {
     const Plan& plan = *s.plan;
     FB_TRY(build_root(s, lower_tree, fork_source));

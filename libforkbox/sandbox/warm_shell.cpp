@@ -133,7 +133,6 @@ pid_t give_line(const std::string& line, const std::string& environment, const s
     return pid;
 }
 
-// The release's line to the warm shell, under the release's limits.
 [[noreturn]] void run_in_warm_shell(int control, const Release& r, const std::string& environment, const int* stdio) {
     pid_t pid = warm_shell.pid;
     limit_started(control, pid, r);
