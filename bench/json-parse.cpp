@@ -4,6 +4,8 @@
 //
 // usage: build/bench-json-parse [FILE] [RUNS]   (default /var/tmp/forkbox-bench/bundle/config.json 2000)
 // `make build/bench-json-parse` builds it.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -36,6 +38,12 @@ void report(const char* what, double first, const std::vector<double>& v) {
                 quantile(v, 0.1), quantile(v, 0.5), quantile(v, 0.9));
 }
 
+long minor_faults() {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return u.ru_minflt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,8 +63,12 @@ int main(int argc, char** argv) {
     auto spec = [&] { ok &= oci::parse_config(text).has_value(); };
 
     // The first call of each, in the order create runs them (parse_config parses the document).
+    long faults_before = minor_faults();
     double first_spec = time_once(spec);
+    long first_spec_faults = minor_faults() - faults_before;
+    faults_before = minor_faults();
     double first_doc = time_once(doc);
+    long first_doc_faults = minor_faults() - faults_before;
     std::vector<double> d, s;
     d.reserve(static_cast<size_t>(runs));
     s.reserve(static_cast<size_t>(runs));
@@ -71,5 +83,7 @@ int main(int argc, char** argv) {
     std::printf("%s: %zu bytes, %d runs\n", file, text.size(), runs);
     report("json::Document::parse", first_doc, d);
     report("oci::parse_config", first_spec, s);
+    std::printf("page faults in the first call: parse_config %ld, then Document::parse %ld\n", first_spec_faults,
+                first_doc_faults);
     return 0;
 }
