@@ -60,7 +60,7 @@ DEB_PACKAGES += python3-pytest python3-venv python3-pip bubblewrap firejail
 # readable reports. The SDK's reply parser is fuzzed with hypothesis.
 DEB_PACKAGES += clang-19 libclang-rt-19-dev llvm-19 python3-hypothesis
 
-.PHONY: all deps demo test unit integration python-test reliability fuzz install uninstall bench bench-managers bench-sandbox check-asan conformance clean
+.PHONY: all deps bench-deps demo test unit integration python-test reliability fuzz install uninstall bench bench-managers bench-sandbox check-asan conformance clean
 
 all: $(BUILD)/forkbox $(BUILD)/fbhelper
 
@@ -139,9 +139,9 @@ $(BUILD)/sandbox-client: bench/sandbox-client.c
 	@mkdir -p $(BUILD)
 	$(CC) -O2 -static -Wall -Wextra -Werror -o $@ $<
 
-# Installs the Debian packages that building and testing need, only when missing.
-deps:
-	@missing=""; for p in $(DEB_PACKAGES); do \
+# Installs the Debian packages named in $(1) that are missing.
+define install_missing
+	@missing=""; for p in $(1); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -150,6 +150,17 @@ deps:
 		apt-get install -y --no-install-recommends $$missing || \
 		{ apt-get update && apt-get install -y --no-install-recommends $$missing; }; \
 	fi
+endef
+
+# What building and testing need.
+deps:
+	$(call install_missing,$(DEB_PACKAGES))
+
+# The benchmarks' references beside runc, bwrap and firejail: crun (bench/run-true.sh leaves
+# it out when it is not installed). Not in deps: the tests run without it.
+BENCH_PACKAGES := crun
+bench-deps: deps
+	$(call install_missing,$(BENCH_PACKAGES))
 
 demo: deps
 	$(MAKE) all
@@ -186,7 +197,7 @@ uninstall:
 
 # BENCH_SECONDS: length of each throughput window (`make bench BENCH_SECONDS=5` for a quick look).
 BENCH_SECONDS ?= 30
-bench: all $(BUILD)/bench-process-floor $(BUILD)/floor-nolibc $(BUILD)/floor-glibc $(BUILD)/bench-memory-costs
+bench: all bench-deps $(BUILD)/bench-process-floor $(BUILD)/floor-nolibc $(BUILD)/floor-glibc $(BUILD)/bench-memory-costs
 	./bench/run-true.sh --shared-root --ro-binary --critical-path
 	@# Again as on a pure cgroup v2 host, what most users run (crun refuses to run there:
 	@# it raises RLIMIT_MEMLOCK for its device program, which root here cannot).
@@ -196,12 +207,12 @@ bench: all $(BUILD)/bench-process-floor $(BUILD)/floor-nolibc $(BUILD)/floor-gli
 	./bench/throughput.sh -t $(BENCH_SECONDS)
 
 # The managers' view: podman and containerd with forkbox against runc.
-bench-managers: all
+bench-managers: all bench-deps
 	./bench/managers.sh
 
 # The agent sandbox service: latency from Python and C against bare, bwrap, firejail and
 # forkbox run; the watchdog's overshoot; throughput with 2 clients (not part of `bench`).
-bench-sandbox: all $(BUILD)/sandbox-client
+bench-sandbox: all bench-deps $(BUILD)/sandbox-client
 	./bench/sandbox.sh
 
 # Unit and integration tests under AddressSanitizer and UndefinedBehaviorSanitizer. GCC 12 at
