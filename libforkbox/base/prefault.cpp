@@ -87,13 +87,13 @@ template <typename Advise>
 // What one fault and one madvise cost for the same 64 KiB of code, on four blocks at the end
 // of the code segment that nothing has run yet (glibc's start-up runs before the preinit
 // entry, but from the start of the segment). Each cost's first instance carries more than
-// itself: the first touch there makes the page table for those blocks, and a process's first
-// madvise pays set-up of its own (on PVM guests 30k and 20k ticks, against 33k for a fault
-// and 8k for a madvise after them), which populating the whole segment pays once. So: a
-// fault, two madvises, a fault; each the cheaper of its two (an interrupt in one must not
-// decide either). Ordered the other way the probe took a madvise for as dear as a fault there
-// and chose faults, while mapping in bulk made a `run` 6% faster. `running` is an address of
-// the caller's code, which must not be probed.
+// itself: the first touch there also makes the page table for those blocks, and a process's
+// first madvise pays set-up of its own (on a PVM guest a first fault took 64k-500k ticks and a
+// later one ~33k; a first madvise 24k-46k, a later one ~8k), which populating the whole
+// segment pays once. So: a fault, two madvises, a fault; each the cheaper of its two (an
+// interrupt in one must not decide either). Ordered the other way the probe took a madvise
+// for as dear as a fault there and chose faults, while mapping in bulk made a `run` 5% faster.
+// `running` is an address of the caller's code, which must not be probed.
 template <typename Advise>
 [[gnu::always_inline]] inline Costs probe_costs(uintptr_t code_from, uintptr_t code_to, uintptr_t running,
                                                 Advise advise) {
