@@ -20,6 +20,7 @@
 #include <set>
 
 #include "libforkbox/base/files.hpp"
+#include "libforkbox/base/trace.hpp"
 #include "libforkbox/cgroup/cgroups.hpp"
 #include "libforkbox/mount/rootfs.hpp"
 #include "libforkbox/process/caps.hpp"
@@ -258,6 +259,7 @@ Result<void> enter_namespaces(const EmbryoSetup& s) {
 Result<void> build(const EmbryoSetup& s, int lower_tree, int fork_source) {
     const Plan& plan = *s.plan;
     FB_TRY(build_root(s, lower_tree, fork_source));
+    trace::mark("embryo: layers made");
     if (fork_source >= 0) {
         ::close(fork_source);
         ::send(s.control_fd, "C", 1, MSG_NOSIGNAL);  // copied: the parent may go on
@@ -267,6 +269,7 @@ Result<void> build(const EmbryoSetup& s, int lower_tree, int fork_source) {
     RootfsContext ctx{plan, *s.cgroup_layout, no_cgroup_dirs, true, true};
     ctx.bind_source_trees = &s.bind_source_trees;
     FB_TRY(prepare_rootfs(ctx));
+    trace::mark("embryo: mounts made");
     for (int fd : s.bind_source_trees)
         if (fd >= 0) ::close(fd);
     // The state, for a session's diff and forks: the stage tmpfs alone, without the mounts
@@ -290,6 +293,7 @@ Result<void> build(const EmbryoSetup& s, int lower_tree, int fork_source) {
     // Made, as SCHED_BATCH (embryo_main): what runs in the sandbox from now on is ordinary.
     FB_TRY(set_batch_scheduling(false));
     FB_TRY(load_seccomp(*s.seccomp));
+    trace::mark("embryo: hardened");
     return {};
 }
 

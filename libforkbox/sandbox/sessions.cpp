@@ -448,6 +448,7 @@ std::optional<uint64_t> Server::start_held_child(const SandboxKind& kind, uint64
 
 // The parent is still: `count` children, each made from a copy of its stage.
 void Server::start_fork_children(ForkJob& j, Session& s) {
+    trace::mark("sandbox: fork parent still");
     j.stopped = true;
     uint64_t job_id = j.id, count = j.count;
     // Binds are opened when a sandbox is made: a kind with binds is never held.
@@ -528,6 +529,7 @@ void Server::start_fork(Connection conn, Session& parent, uint64_t count) {
     made->was_paused = parent.paused;
     uint64_t id = made->id;
     forks_[id] = std::move(made);
+    trace::mark("sandbox: fork asked");
     // Held still first (unless paused already), so that the children copy a still state:
     // its cgroup frozen, or each process stopped by its init (SIGSTOP). A sandbox with no
     // process but its init, which starts one only when told, is still already.
@@ -555,6 +557,7 @@ void Server::fork_child_copied(uint64_t job_id, uint64_t run_id) {
     if (it == forks_.end()) return;
     ForkJob& job = *it->second;
     job.copied.insert(run_id);
+    trace::mark("sandbox: fork child copied");
     if (job.copied.size() >= job.count) resume_fork_parent(job);
 }
 
@@ -585,6 +588,7 @@ void Server::fork_child_done(uint64_t job_id, uint64_t run_id, const std::string
     } else {
         job.made.push_back(session);
     }
+    trace::mark("sandbox: fork child made");
     fork_child_copied(job_id, run_id);  // a failed child copies nothing more
     if (job.made.size() + job.failed >= job.count) finish_fork(job);
 }
@@ -602,6 +606,7 @@ void Server::finish_fork(ForkJob& job) {
             w.end_array();
             w.key("ms").value(ms_between(job.asked, Clock::now()));
         }));
+        trace::mark("sandbox: fork replied");
         // Started with the children, their warm shells slowed the fork's last ones.
         for (const auto& id : ordered) start_warm_shell(id);
     }
