@@ -650,6 +650,27 @@ w"
 	done
 }
 
+@test "sandbox: a root daemon on a v1 freezer holds an empty frozen cgroup of its own while it runs, and removes it" {
+	# It keeps the kernel's freezer static key on, so a fork's freeze patches no code.
+	[[ -d /sys/fs/cgroup/freezer ]] || skip "no v1 freezer hierarchy"
+	local sock=$TDIR/hold.sock daemon svc hold
+	start_daemon_as_root "$sock"
+	daemon=$LAST_DAEMON
+	svc=$("$SB_FB" sandbox --socket "$sock" --info | jq -r .service_pid)
+	[[ $svc =~ ^[0-9]+$ ]] || fail "no service_pid"
+	hold=/sys/fs/cgroup/freezer/forkbox-sandbox/$svc-freezer
+	[[ -d $hold ]] || fail "no $hold"
+	assert_equal "$(cat "$hold/freezer.state")" FROZEN
+	assert_equal "$(cat "$hold/cgroup.procs")" ""
+	# Sandboxes are served beside it.
+	run sb_on "$sock" -- true
+	assert_success
+	kill -TERM "$daemon"
+	wait "$daemon" || fail "the daemon exited with $? on SIGTERM: $(cat "$sock.err")"
+	EXTRA_PIDS=()
+	[[ ! -d $hold ]] || fail "$hold left after SIGTERM"
+}
+
 @test "sandbox: a root daemon whose socket is in a 0700 directory still makes sandboxes" {
 	mkdir -m 0700 "$TDIR/private"
 	start_daemon_as_root "$TDIR/private/sandbox.sock"
