@@ -18,12 +18,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <functional>
 #include <array>
 #include <cctype>
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>

@@ -556,8 +556,7 @@ void Server::fork_child_copied(uint64_t job_id, uint64_t run_id) {
     auto it = forks_.find(job_id);
     if (it == forks_.end()) return;
     ForkJob& job = *it->second;
-    job.copied.insert(run_id);
-    trace::mark("sandbox: fork child copied");
+    if (job.copied.insert(run_id).second) trace::mark("sandbox: fork child copied");
     if (job.copied.size() >= job.count) resume_fork_parent(job);
 }
 
