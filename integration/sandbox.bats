@@ -422,6 +422,36 @@ settled() {
 	assert_equal "$stderr" "/bin/sh: 1: nosuch: not found"
 }
 
+@test "sandbox: a warm shell's line ends before the shell's exit, and reads as a line of a shell started for it" {
+	local sock=$TDIR/warm.sock cold=$TDIR/cold.sock line warm_status warm_out warm_err
+	FORKBOX_TRACE=$TDIR/trace start_daemon_as_root "$sock"
+	start_daemon_as_root "$cold" --no-warm-shell
+	local -a lines=(
+		'echo out; echo err >&2; exit 3'
+		'echo hi; false'
+		'trap "echo bye; echo bye2 >&2" EXIT; echo hi; (exit 4)'
+		'trap "" INT; echo ignored'
+		'set -x; true'
+		'printf() { echo shadowed; }; printf "x\n"'
+		'readonly __forkbox_status=1 x=2; f() { return 6; }; f'
+		'echo a; (sleep 0.3; echo late) & echo b'
+		'set -e; false; echo no'
+		'kill -9 $$'
+		'exec echo execd'
+		'echo $# $0; ls /proc/self/fd'
+	)
+	for line in "${lines[@]}"; do
+		settled "$sock"
+		run --separate-stderr sb_on "$sock" -- /bin/sh -c "$line"
+		warm_status=$status warm_out=$output warm_err=${stderr//eval: /}
+		settled "$cold"
+		run --separate-stderr sb_on "$cold" -- /bin/sh -c "$line"
+		assert_equal "$warm_status $warm_out|$warm_err" "$status $output|$stderr"
+	done
+	# The lines that set no trap and ran to their end ended on their shell's word, before its exit.
+	(($(grep -c 'sandbox: line ended' "$TDIR/trace") >= 5)) || fail "$(grep -E 'sandbox: (line|command) ended' "$TDIR/trace")"
+}
+
 @test "sandbox: a root whose /bin/sh is not dash runs each line in a shell started for it" {
 	busybox_root "$TDIR/img"
 	local sock=$TDIR/busybox.sock

@@ -1,6 +1,7 @@
 #include "libforkbox/base/files.hpp"
 
 #include <fcntl.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -70,6 +71,12 @@ Result<void> write_file(const std::string& path, std::string_view data) {
     if (n < 0) return sys_error("write " + path);
     if (static_cast<size_t>(n) != data.size()) return fail(EIO, "short write to " + path);
     return {};
+}
+
+int64_t filesystem_bytes_used(int fd) {
+    struct statfs fs;
+    if (fd < 0 || ::fstatfs(fd, &fs) < 0) return -1;
+    return static_cast<int64_t>((fs.f_blocks - fs.f_bfree) * static_cast<uint64_t>(fs.f_bsize));
 }
 
 }  // namespace forkbox

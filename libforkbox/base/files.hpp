@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -19,5 +20,7 @@ Result<void> write_file(const std::string& path, std::string_view data);
 // Reads fd to its end; `what` names it in errors.
 Result<std::string> read_all(int fd, const std::string& what);
 Result<std::string> read_file_at(int dirfd, const std::string& name);
+// Bytes in use on the filesystem fd is on (statfs: blocks less free blocks); -1 when unknown.
+int64_t filesystem_bytes_used(int fd);
 
 }  // namespace forkbox

@@ -183,18 +183,23 @@ void embryo_main(const EmbryoSetup& s) {
         warm_python = std::move(*python);
         ready += " " + std::to_string(warm_python.cpu_ns);
     }
-    if (::send(control, ready.data(), ready.size(), MSG_NOSIGNAL) < 0) ::_exit(1);
+    // With the stage: the service reads what a run wrote from it when a line's end comes
+    // from its shell, not from here.
+    int stage = tree.stage.get();
+    if (!send_with_fds(control, ready, std::span<const int>(&stage, 1), "sandbox control")) ::_exit(1);
 
     fds.clear();
     n = receive_message(control, buf, fds, "sandbox control");
-    // "N": our command's stdout and stderr, made while we wait in a pool; the release then
-    // carries stdin alone.
+    // "N": our command's stdout and stderr, made while we wait in a pool (and the pipe to the
+    // service its warm shell says its line's end on); the release then carries stdin alone.
     unique_fd output[2];
-    if (n && *n == 1 && buf[0] == 'N' && fds.size() == 2) {
+    if (n && *n == 1 && buf[0] == 'N' && (fds.size() == 2 || fds.size() == 3)) {
         output[0] = std::move(fds[0]);
         output[1] = std::move(fds[1]);
+        unique_fd line_end = fds.size() == 3 ? std::move(fds[2]) : unique_fd();
         fds.clear();
-        if (s.warm_shell && (!s.kind || !s.kind->python)) start_warm_shell(output[0].get(), output[1].get(), false, 0);
+        if (s.warm_shell && (!s.kind || !s.kind->python))
+            start_warm_shell(WarmShellRole::sandbox, output[0].get(), output[1].get(), 0, line_end.get());
         n = receive_message(control, buf, fds, "sandbox control");
     }
     if (!n || *n < 1) ::_exit(1);

@@ -18,10 +18,14 @@
 //           The builder sends "M" right after "P", except to a held embryo: one kept for
 //           forks, which the service sends "M" itself when a fork takes it.
 //   embryo: "C" (a fork: the parent's state is copied), then
-//           "R" (ready) or "F<message>" (failed; it then exits); a warm Python's embryo
-//           starts python3 (pid 2) first and says "R <its CPU time so far, ns>"
-//   daemon: "N" + fds stdout, stderr: made while it waits in a pool (off the request's path);
-//           the embryo then starts its warm shell (takes_warm_shell) with them
+//           "R" + fd its stage (ready: the tmpfs of its writable layer) or "F<message>"
+//           (failed; it then exits); a warm Python's embryo starts python3 (pid 2) first
+//           and says "R <its CPU time so far, ns>"
+//   daemon: "N" + fds stdout, stderr [, a pipe's write end]: made while it waits in a pool
+//           (off the request's path); the embryo then starts its warm shell
+//           (takes_warm_shell) with them, and the pipe as its fd 4: the shell says its
+//           line's status there before its exit ("S<status>\n", warm_shell.cpp), and the
+//           daemon then ends the run and kills the sandbox without waiting for "W"
 //   daemon: "G" + Release::encode() + fds stdin, stdout, stderr     run the command
 //           (after "N": fd stdin alone), in the warm shell when it takes the command
 //   embryo: "X<errno> <message>" when the command could not be started (its status is then

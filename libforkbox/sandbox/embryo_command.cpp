@@ -74,7 +74,7 @@ pid_t spawn(const Command& c, const int* stdio) {
             exec_errno = errno;
             ::_exit(126);
         }
-    if (c.script_fd >= 0 && ::dup2(c.script_fd, 3) < 0) {
+    if ((c.script_fd >= 0 && ::dup2(c.script_fd, 3) < 0) || (c.line_end_fd >= 0 && ::dup2(c.line_end_fd, 4) < 0)) {
         exec_errno = errno;
         ::_exit(126);
     }

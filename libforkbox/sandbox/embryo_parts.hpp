@@ -69,6 +69,7 @@ struct Command {
     bool own_group = false;     // a session's run leads a process group of its own
     bool batch = false;         // starts SCHED_BATCH: a warm shell, made while others run
     int script_fd = -1;         // a warm shell's script pipe, its fd 3 (above 2 already)
+    int line_end_fd = -1;       // a sandbox's warm shell's pipe to the service, its fd 4
     sigset_t mask{};
 };
 Command prepare(const Release& r);
@@ -84,20 +85,31 @@ Result<void> drop_every_capability();
 // Waits for the command (reaping what gets orphaned meanwhile), reports its status and
 // usage ("W"), and exits: the kernel then kills whatever else runs in the sandbox.
 [[noreturn]] void report_end(int control, pid_t command, int64_t used_before);
+// The same for a command that said how it ended (`code`) before its exit, which is not
+// waited for: no usage (the daemon reads it from the sandbox's cgroup), and "1" after the
+// time: its output so far is all of it, whether or not its pipes have closed yet.
+[[noreturn]] void report_end_before_exit(int control, pid_t command, int code, int64_t used_before);
 
 // --- warm_shell.cpp ---
 
 struct WarmShell {
     pid_t pid = -1;
     unique_fd script;     // the write end of its fd 3
+    bool says_line_end = false;  // writes its line's status to its fd 4 (a pipe to the service)
     unique_fd output[2];  // a session's: our copies of its stdout and stderr, for a run it
                           // does not take (or that finds it dead) in its place
 };
 extern WarmShell warm_shell;
 
+enum class WarmShellRole {
+    sandbox,  // the sandbox's own: runs one line
+    session,  // a session's: leads a process group of its own, as the session's runs do
+};
 // Started when the embryo gets its output pipes ("N"), with stdin /dev/null; a session's
-// leads a process group of its own and has the session's address-space limit, as its runs.
-void start_warm_shell(int out, int err, bool own_group, uint64_t address_limit);
+// has the session's address-space limit, as its runs. With `line_end` (a pipe's write end,
+// the service's "N" gave it), the shell writes its line's status there once the line is
+// done, before its exit (warm_shell.cpp).
+void start_warm_shell(WarmShellRole role, int out, int err, uint64_t address_limit, int line_end);
 // Killed, and reaped by the caller's wait for its command, or now (`reap`).
 void drop_warm_shell(bool reap);
 // For a release the warm shell runs exactly as `/bin/sh -c LINE` would (with every

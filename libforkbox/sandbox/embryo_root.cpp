@@ -10,7 +10,6 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -167,11 +166,7 @@ Result<void> set_batch_scheduling(bool batch) {
     return {};
 }
 
-int64_t stage_used() {
-    struct statfs fs;
-    if (!tree.stage || ::fstatfs(tree.stage.get(), &fs) < 0) return -1;
-    return static_cast<int64_t>((fs.f_blocks - fs.f_bfree) * static_cast<uint64_t>(fs.f_bsize));
-}
+int64_t stage_used() { return filesystem_bytes_used(tree.stage.get()); }
 
 // The sandbox's root: a tmpfs on the stage directory holding the overlay's upper and work
 // directories and the lower layer's mount point, and the overlay on <stage>/root. A fork

@@ -209,7 +209,7 @@ bool python_is_going(pid_t pid) {
             drop_warm_shell(true);
             warm_shell.output[0] = std::move(fds[0]);
             warm_shell.output[1] = std::move(fds[1]);
-            start_warm_shell(warm_shell.output[0].get(), warm_shell.output[1].get(), true, limits.address_limit);
+            start_warm_shell(WarmShellRole::session, warm_shell.output[0].get(), warm_shell.output[1].get(), limits.address_limit, -1);
             continue;
         }
         // A line for the warm shell comes with stdin alone: its output is the "N" pipes'.

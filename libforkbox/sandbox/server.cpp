@@ -718,6 +718,7 @@ void Server::on_control(uint64_t embryo_id) {
         if (auto r = runs_.find(e.run); r != runs_.end()) fork_child_copied(r->second->job, e.run);
     } else if (e.state == Embryo::State::Building && m.front() == 'R' && (m.size() == 1 || m[1] == ' ')) {
         if (m.size() > 2) e.python_cpu_ms = static_cast<double>(std::strtoull(std::string(m.substr(2)).c_str(), nullptr, 10)) / 1e6;
+        if (fds.size() == 1) e.stage = std::move(fds[0]);
         embryo_ready(e);
     } else if (m.front() == 'F') {
         e.failure = std::string(m.substr(1));
@@ -807,7 +808,7 @@ void Server::embryo_ready(Embryo& e) {
     }
     Pool& pool = pools_[e.kind];
     if (e.kind.mounts.empty() && static_cast<int>(pool.ready.size()) + pool.building < opt_.pool_size) {
-        make_output_pipes(e);
+        make_output_pipes(e, can_end_lines_early(e));
         pool.ready.push_back(e.id);
         return;
     }
@@ -1142,16 +1143,29 @@ Result<void> Server::apply_limits(Embryo& e, const oci::Resources& limits) {
 // A pooled embryo's output pipes, made while it waits for a request, not on the request's
 // path: their sendmsg with fds was most of the release's cost (~50 us of ~120 between an
 // agent's calls). Without them (a failure here) the release carries all three.
-void Server::make_output_pipes(Embryo& e) {
-    int out_pipe[2], err_pipe[2];
+void Server::make_output_pipes(Embryo& e, bool line_end) {
+    int out_pipe[2], err_pipe[2], end_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) < 0) return;
     unique_fd out_read(out_pipe[0]), out_write(out_pipe[1]);
     if (::pipe2(err_pipe, O_CLOEXEC) < 0) return;
     unique_fd err_read(err_pipe[0]), err_write(err_pipe[1]);
-    int ends[2] = {out_write.get(), err_write.get()};
-    if (!send_with_fds(e.control.get(), "N", ends, "sandbox output pipes")) return;
+    unique_fd end_read, end_write;
+    if (line_end && ::pipe2(end_pipe, O_CLOEXEC | O_NONBLOCK) == 0) {
+        end_read.reset(end_pipe[0]);
+        end_write.reset(end_pipe[1]);
+    }
+    int ends[3] = {out_write.get(), err_write.get(), end_write.get()};
+    if (!send_with_fds(e.control.get(), "N", std::span<const int>(ends, end_write ? 3 : 2), "sandbox output pipes")) return;
     e.output_ready[0] = std::move(out_read);
     e.output_ready[1] = std::move(err_read);
+    e.line_end_ready = std::move(end_read);
+}
+
+// A line's end from its shell, before the shell's exit, leaves no rusage: only when the
+// sandbox's CPU time and peak memory are read from its cgroup, and the growth of its
+// writable layer from its stage. A warm Python's embryo starts no shell.
+bool Server::can_end_lines_early(const Embryo& e) const {
+    return opt_.warm_shell && !e.kind.python && e.cpu_usage && e.memory_peak && e.stage;
 }
 
 // The run's pipes: ours in `r`, the command's ends in `child_ends` and `stdio`: stdin (its
@@ -1167,6 +1181,10 @@ size_t Server::open_pipes(Run& r, Embryo& e, int* stdio, unique_fd* child_ends, 
     if (take_ready && e.output_ready[0] && e.output_ready[1]) {
         r.out[0] = std::move(e.output_ready[0]);
         r.out[1] = std::move(e.output_ready[1]);
+        if (e.line_end_ready) {  // said on only if the warm shell takes the command
+            r.line_end = std::move(e.line_end_ready);
+            r.stage_used_at_release = filesystem_bytes_used(e.stage.get());
+        }
         return 1;
     }
     int out_pipe[2], err_pipe[2];
@@ -1210,6 +1228,7 @@ void Server::watch_pipes(Run& r) {
         r.out_open[s] = true;
         watch(r.out[s].get(), EPOLLIN, s == 0 ? Watch::Stdout : Watch::Stderr, r.id);
     }
+    if (r.line_end) watch(r.line_end.get(), EPOLLIN, Watch::LineEnd, r.id);
     if (r.in) {
         ::fcntl(r.in.get(), F_SETFL, O_NONBLOCK);
         watch(r.in.get(), 0, Watch::Stdin, r.id);
@@ -1279,6 +1298,72 @@ bool Server::on_output(Run& r, int s) {
     }
     if (!now.empty() && !r.client_gone) send_frame(r, std::string(1, s == 0 ? kStdoutData : kStderrData) + std::string(now));
     return true;
+}
+
+void Server::take_output_left(Run& r) {
+    for (int s = 0; s < 2; ++s) {
+        if (!r.out_open[s]) continue;
+        ::fcntl(r.out[s].get(), F_SETFL, O_NONBLOCK);
+        while (r.out_open[s] && on_output(r, s)) {
+        }
+        if (r.out_open[s]) {
+            r.out[s].reset();
+            r.out_open[s] = false;
+        }
+    }
+}
+
+namespace {
+
+// "S<status>\n", the whole of what a warm shell said on its fd 4: the status; else none.
+std::optional<int> line_status(std::string_view said) {
+    if (said.size() < 3 || said.size() > 5 || said.front() != 'S' || said.back() != '\n') return std::nullopt;
+    int status = 0;
+    for (char ch : said.substr(1, said.size() - 2)) {
+        if (ch < '0' || ch > '9') return std::nullopt;
+        status = status * 10 + (ch - '0');
+    }
+    return status <= 255 ? std::optional<int>(status) : std::nullopt;
+}
+
+}  // namespace
+
+// The warm shell's word that its line is done, before its exit (warm_shell.cpp): the run ends
+// here, with what its pipes hold, and the sandbox is killed (what the line left running dies
+// with its init, as it would at the init's own exit). Not when anything came before the
+// status (a trap is set), when the deadline came first, or when the shell exited or exec'd
+// within its line (it closed fd 4 unsaid): the init's report ends those. Whatever comes, the
+// pipe is read, so the shell never blocks on it. What the line could forge here through
+// /proc is its own run's status, as `exit N` would.
+void Server::on_line_end(Run& r) {
+    char buf[256];
+    ssize_t n = ::read(r.line_end.get(), buf, sizeof buf);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0) {
+        r.line_end.reset();  // closing it takes it out of the epoll set
+        return;
+    }
+    if (r.exited || r.timed_out || r.line_said_more) return;
+    r.line_said.append(buf, static_cast<size_t>(n));
+    if (r.line_said.back() != '\n' && r.line_said.size() < 5) return;
+    auto status = line_status(r.line_said);
+    if (!status) {
+        r.line_said_more = true;
+        return;
+    }
+    trace::mark("sandbox: line ended");
+    r.exited = true;
+    r.status = *status << 8;  // a wait status: exited with it
+    r.ended = Clock::now();
+    r.timer.reset();
+    auto it = embryos_.find(r.embryo);
+    if (it == embryos_.end()) return;
+    Embryo& e = *it->second;
+    if (int64_t used = filesystem_bytes_used(e.stage.get()); used >= 0 && r.stage_used_at_release >= 0)
+        r.written_bytes = used - r.stage_used_at_release;
+    take_output_left(r);
+    maybe_finish(r);  // may drop the run
+    if (!e.reaped) sys::pidfd_send_signal(e.pidfd.get(), SIGKILL);
 }
 
 void Server::send_frame(Run& r, std::string frame) {
@@ -1668,6 +1753,7 @@ void Server::dispatch(const epoll_event& ev) {
         case Watch::Stdin: on_stdin_writable(r); break;
         case Watch::Timer: on_timer(r); break;
         case Watch::Client: on_client(r, ev.events); break;
+        case Watch::LineEnd: on_line_end(r); break;
         default: break;
     }
 }

@@ -38,7 +38,7 @@ inline double ms_between(Clock::time_point a, Clock::time_point b) {
 }
 
 // What an epoll event is about: the kind of fd and whose it is.
-enum class Watch : uint8_t { Signals, Handoff, Listener, Builder, NewConn, Control, Pidfd, Stdout, Stderr, Stdin, Timer, Client };
+enum class Watch : uint8_t { Signals, Handoff, Listener, Builder, NewConn, Control, Pidfd, Stdout, Stderr, Stdin, Timer, Client, LineEnd };
 
 inline uint64_t token(Watch w, uint64_t id) { return (static_cast<uint64_t>(w) << 56) | id; }
 
@@ -101,6 +101,13 @@ struct Run {
     rusage usage{};
     std::optional<std::string> exec_error;
     bool usage_is_command = false;  // `usage` is the command's own (the embryo's "W")
+    // A warm shell's line: the read end of the shell's fd 4, where it says its line's status
+    // before its exit (warm_shell.cpp), what it said so far, and whether anything but the
+    // status came (a trap's listing: the run then ends at the shell's reaping).
+    unique_fd line_end;
+    std::string line_said;
+    bool line_said_more = false;
+    int64_t stage_used_at_release = -1;  // bytes on the sandbox's writable layer
     std::optional<int64_t> written_bytes;  // the growth of the sandbox's writable layer
     uint64_t oom_kills_before = 0;  // a session's count when the run began
     std::string error_text;         // a file verb's stderr: its error message
@@ -133,6 +140,8 @@ struct Embryo {
     // A pooled embryo's stdout and stderr pipes, made while it waits ("N" gave it the write
     // ends): their read ends. The release then carries stdin's fd alone.
     unique_fd output_ready[2];
+    unique_fd line_end_ready;  // and, for a shell line's end before its exit, that pipe's read end
+    unique_fd stage;  // its writable layer's tmpfs ("R"): what a run wrote, without its init's word
     bool cpu_usage_keyed = false;  // v2 cpu.stat (usage_usec) instead of v1 cpuacct.usage (ns)
     Clock::time_point asked = Clock::now();
     bool reaped = false;
@@ -262,12 +271,17 @@ private:
     void release(Run& r, Embryo& e);
     Result<void> limit_sandbox(Embryo& e, uint64_t memory_mb, uint64_t pids, double cpus, Release& release);
     Result<void> apply_limits(Embryo& e, const oci::Resources& want);
-    void make_output_pipes(Embryo& e);
+    // `line_end`: and the pipe a pooled one's warm shell says its line's end on.
+    void make_output_pipes(Embryo& e, bool line_end);
+    bool can_end_lines_early(const Embryo& e) const;
     // 0: failed. `take_ready`: the embryo's "N" pipes, when it has them, are the run's output.
     size_t open_pipes(Run& r, Embryo& e, int* stdio, unique_fd* child_ends, bool take_ready);
     void arm_deadline(Run& r);
     void watch_pipes(Run& r);
     bool on_output(Run& r, int stream);  // false: nothing more to read now
+    // A run that ended: what is in its pipes, and no more (what it left running may hold them).
+    void take_output_left(Run& r);
+    void on_line_end(Run& r);  // the warm shell's fd 4
     void on_stdin_writable(Run& r);
     void on_client(Run& r, uint32_t events);
     void on_timer(Run& r);

@@ -257,14 +257,7 @@ void Server::on_session_message(Embryo& e, std::string_view m, std::vector<uniqu
     r.timer.reset();
     // The run is its first process: what it wrote is in the pipes now. What it left running
     // in the background may hold them open; it does not hold up the result.
-    for (int s = 0; s < 2; ++s) {
-        while (r.out_open[s] && on_output(r, s)) {
-        }
-        if (r.out_open[s]) {
-            r.out[s].reset();
-            r.out_open[s] = false;
-        }
-    }
+    take_output_left(r);
     if (r.in) {
         unwatch(r.in.get());
         r.in.reset();
@@ -279,7 +272,7 @@ void Server::start_warm_shell(const std::string& session_id) {
     auto s = sessions_.find(session_id);
     if (!opt_.warm_shell || s == sessions_.end()) return;
     auto e = embryos_.find(s->second->embryo);
-    if (e != embryos_.end() && e->second->control && !e->second->output_ready[0]) make_output_pipes(*e->second);
+    if (e != embryos_.end() && e->second->control && !e->second->output_ready[0]) make_output_pipes(*e->second, false);
 }
 
 void Server::start_in_session(Run& r, Session& s) {

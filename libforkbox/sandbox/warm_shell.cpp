@@ -26,6 +26,12 @@ namespace forkbox::sandbox {
 // too, so exit codes and signals read the same); a bash or busybox sh execs the last
 // command itself. What differs: the shell's command line, and "eval: " in the shell's own
 // messages ("/bin/sh: 1: eval: nosuch: not found").
+//
+// A process's exit tears its address space down before it closes its files (0.3-0.6 ms of
+// a dash's exit on a PVM guest), and its output pipes' end, its reaping and its init's
+// report come after that, each a wake-up later. So a sandbox's shell, once its line is done,
+// writes the line's status to its fd 4, a pipe to the service (hidden from the line), and
+// the service ends the run with it while the shell still exits (server.cpp, on_line_end).
 namespace embryo {
 
 namespace {
@@ -57,24 +63,28 @@ std::string single_quoted(std::string_view text) {
 
 WarmShell warm_shell;
 
-void start_warm_shell(int out, int err, bool own_group, uint64_t address_limit) {
+void start_warm_shell(WarmShellRole role, int out, int err, uint64_t address_limit, int line_end) {
     if (!shell_is_dash()) return;
     int ends[2];
     if (::pipe2(ends, O_CLOEXEC) < 0) return;
     unique_fd read_end(ends[0]), write_end(ends[1]);
-    unique_fd script_in(::fcntl(read_end.get(), F_DUPFD_CLOEXEC, 10));  // clear of 0-3 in the child
+    unique_fd script_in(::fcntl(read_end.get(), F_DUPFD_CLOEXEC, 10));  // clear of 0-4 in the child
     unique_fd null(::open("/dev/null", O_RDWR | O_CLOEXEC));            // as the daemon's
     if (!script_in || !null) return;
+    unique_fd line_end_out;  // clear of 0-4 in the child too
+    if (role == WarmShellRole::sandbox && line_end >= 0 && !(line_end_out = unique_fd(::fcntl(line_end, F_DUPFD_CLOEXEC, 10))))
+        return;
     Release r;
     r.argv = {"/bin/sh", "-c", ::access("/dev/fd/3", F_OK) == 0 || errno != ENOENT ? ". /dev/fd/3" : ". /proc/self/fd/3"};
     r.env = kDefaultEnv;
     Command c = prepare(r);
     c.cwd = "/";
     c.batch = true;
-    c.own_group = own_group;
+    c.own_group = role == WarmShellRole::session;
     c.limit_address = address_limit != 0;
     c.address = rlimit{address_limit, address_limit};
     c.script_fd = script_in.get();
+    c.line_end_fd = line_end_out ? line_end_out.get() : -1;
     int stdio[3] = {null.get(), out, err};
     mode_t umask_before = ::umask(022);  // a login's, as run() sets
     pid_t pid = spawn(c, stdio);
@@ -86,6 +96,7 @@ void start_warm_shell(int out, int err, bool own_group, uint64_t address_limit) 
     }
     warm_shell.pid = pid;
     warm_shell.script = std::move(write_end);
+    warm_shell.says_line_end = c.line_end_fd >= 0;
 }
 
 void drop_warm_shell(bool reap) {
@@ -94,6 +105,7 @@ void drop_warm_shell(bool reap) {
     if (reap) ::waitpid(warm_shell.pid, nullptr, 0);
     warm_shell.pid = -1;
     warm_shell.script.reset();
+    warm_shell.says_line_end = false;
 }
 
 std::optional<std::string> fits_warm_shell(const Release& r, int stdin_fd) {
@@ -115,7 +127,17 @@ pid_t give_line(const std::string& line, const std::string& environment, const s
     ::kill(pid, SIGCONT);  // a session's run may have stopped everyone else (kill -STOP -1)
     std::string script = "exec 3<&-; " + environment;
     if (cwd != "/" || !environment.empty()) script += "cd -P -- " + single_quoted(cwd) + " || exit; unset OLDPWD; ";
-    script += "eval " + single_quoted(line) + "\n";
+    if (warm_shell.says_line_end) {
+        // Only special built-ins, which no function of the line's can shadow, and printf once
+        // none does. The status is kept where the line cannot make it read-only ($1) and is
+        // the dot script's, so the shell's exit status too. What else goes to fd 4 (a trap's
+        // listing, an -x trace) comes before the status line: the service then waits for the
+        // shell's exit (an EXIT trap runs, and may write, at the exit itself).
+        script += "eval " + single_quoted(line) + " 4>&-; { set -- \"$?\"; unset -f printf; trap; "
+                  "printf 'S%s\\n' \"$1\"; return \"$1\"; } >&4 2>&4\n";
+    } else {
+        script += "eval " + single_quoted(line) + "\n";
+    }
     std::string_view rest(script);
     while (!rest.empty()) {
         ssize_t n = ::write(warm_shell.script.get(), rest.data(), rest.size());
@@ -130,6 +152,7 @@ pid_t give_line(const std::string& line, const std::string& environment, const s
     }
     warm_shell.pid = -1;
     warm_shell.script.reset();
+    warm_shell.says_line_end = false;
     return pid;
 }
 

@@ -114,6 +114,23 @@ def test_signal_exit(fb):
     assert r.signal == 15 and r.exit_code == 143, r
 
 
+USAGE_CODE = ("import time; b = bytearray(64 << 20); t = time.process_time()\n"
+              "while time.process_time() - t < 0.05: pass")
+
+
+@pytest.mark.parametrize("how", ["line", "argv"])
+def test_cpu_and_peak_memory_are_the_command_s(fb, how):
+    # A line may be reported before its shell's exit (the warm shell): its usage is then the
+    # sandbox cgroup's, not the reaped shell's rusage; the figures must still be there.
+    if how == "line":
+        r = fb.run(f"python3 -c '{USAGE_CODE}'")
+    else:
+        r = fb.run(argv=["python3", "-c", USAGE_CODE])
+    assert r.ok, r
+    assert r.cpu_ms is not None and r.cpu_ms >= 50, r
+    assert r.peak_memory_bytes is not None and r.peak_memory_bytes >= 64 << 20, r
+
+
 def test_env(fb):
     r = fb.run('echo "$FOO|$HOME|${PATH:+path}"', env={"FOO": "bar baz"})
     assert r.stdout == "bar baz||path\n", r

@@ -60,6 +60,15 @@ LINES = [
     "echo tab\there",
     "\n\n# a comment\necho after blank lines",
     "if true; then\n  echo nested\nfi",
+    # The warm shell says how its line ended before it exits (fd 4, hidden from the line):
+    # what it runs after the line must not show.
+    "set -x; echo traced",
+    "printf() { echo shadowed; }; printf 'x\\n'",
+    "readonly x=1; echo read-only",
+    "trap '' INT; echo ignored",
+    "trap 'echo bye >&2; exit 9' EXIT; echo hi",
+    "echo a; (sleep 0.3; echo late) & echo b",
+    "ls /proc/self/fd",
 ]
 
 
