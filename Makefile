@@ -242,7 +242,7 @@ FUZZ_UNUSED_SRCS := libforkbox/features.cpp libforkbox/seccomp/cache.cpp \
 	$(addprefix libforkbox/cgroup/,freezer.cpp oom.cpp stats.cpp stats_json.cpp) \
 	$(addprefix libforkbox/container/,container.cpp create.cpp events.cpp exec.cpp init.cpp run.cpp seccomp_agent.cpp) \
 	$(addprefix libforkbox/process/,exec_guard.cpp foreground.cpp hooks.cpp process.cpp sync.cpp terminal.cpp) \
-	$(addprefix libforkbox/sandbox/,builder.cpp client.cpp server.cpp) libforkbox/zygote/daemon.cpp \
+	$(addprefix libforkbox/sandbox/,builder.cpp client.cpp server.cpp server_embryos.cpp server_runs.cpp) libforkbox/zygote/daemon.cpp \
 	oci/spec_template.cpp
 FUZZ_LIB_SRCS := $(filter-out $(FUZZ_UNUSED_SRCS),$(LIB_SRCS))
 FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.cpp=$(FUZZ_BUILD)/obj/%.o)

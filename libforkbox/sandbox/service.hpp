@@ -1,20 +1,27 @@
 // The sandbox service's state and its one event loop (server.hpp says why it is a process
-// of its own), shared by server.cpp (connections, embryos, runs) and sessions.cpp (sessions:
-// create, run in one, file verbs, fork, pause, list, close, expiry). Internal to those two.
+// of its own), shared by its parts, to which it is internal:
+//   server.cpp          setup, connections and requests, info, the loop, shutdown
+//   server_embryos.cpp  embryos: built, pooled, ready, reaped; pools refilled and retired
+//   server_runs.cpp     one-shot runs: release, pipes, output, the deadline, the reply
+//   sessions.cpp        sessions: create, run in one, file verbs, fork, pause, list, close,
+//                       expiry
 #pragma once
 
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -66,6 +73,18 @@ struct Connection {
 // One request being served on a connection: a command (in a fresh sandbox, or in a
 // session's), a file verb in a session, or the making of a session (for a create, or as
 // one child of a fork, which has no connection of its own).
+inline constexpr int kBuildFailuresBeforePause = 3;
+// A command released this recently has the machine to itself: a pool that still holds a
+// sandbox is refilled after it (or once it has run this long). A build costs ~3 ms of CPU,
+// which on a small machine would otherwise come out of the command's start and exit.
+inline constexpr auto kQuietAfterRelease = std::chrono::milliseconds(30);
+// Held embryos (HeldPool): kept this long after the kind's last session ended (a tree
+// search may close a parent before it forks a child), retried this long after a failure.
+inline constexpr auto kHeldLinger = std::chrono::seconds(2);
+inline constexpr auto kHeldRetry = std::chrono::seconds(10);
+
+inline std::string errno_text(std::string_view what) { return std::string(what) + ": " + std::strerror(errno); }
+
 struct Run {
     enum class Purpose : uint8_t { Command, File, MakeSession };
     uint64_t id = 0;
