@@ -303,8 +303,9 @@ std::optional<int> line_status(std::string_view said) {
 // with its init, as it would at the init's own exit). Not when anything came before the
 // status (a trap is set), when the deadline came first, or when the shell exited or exec'd
 // within its line (it closed fd 4 unsaid): the init's report ends those. Whatever comes, the
-// pipe is read, so the shell never blocks on it. What the line could forge here through
-// /proc is its own run's status, as `exit N` would.
+// pipe is read, so the shell never blocks on it. Under a root daemon the line cannot reach
+// the pipe (its owner is unmapped in the sandbox: /proc refuses to open it again); under a
+// user's, what it could say there ends its own run, as `exit N` would.
 void Server::on_line_end(Run& r) {
     char buf[256];
     ssize_t n = ::read(r.line_end.get(), buf, sizeof buf);
