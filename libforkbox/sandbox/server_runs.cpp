@@ -236,6 +236,7 @@ void Server::release(Run& r, Embryo& e) {
         return;
     }
     std::string message = "G" + rel.encode();
+    r.cpu_ms_at_release = cgroup_cpu_ms(e);
     r.released = Clock::now();
     auto sent = send_with_fds(e.control.get(), message, std::span<const int>(stdio, carried), "sandbox release");
     if (!sent) {
@@ -582,6 +583,13 @@ std::optional<std::string> pread_text(const unique_fd& fd) {
 
 }  // namespace
 
+std::optional<double> Server::cgroup_cpu_ms(const Embryo& e) const {
+    auto text = pread_text(e.cpu_usage);
+    if (!text) return std::nullopt;
+    return e.cpu_usage_keyed ? static_cast<double>(cgroup_keyed_value(*text, "usage_usec")) / 1e3
+                             : static_cast<double>(parse_cgroup_uint(*text).value_or(0)) / 1e6;
+}
+
 void Server::collect_usage(Run& r, Embryo& e, RunOutcome& o) {
     auto rusage_ms = [](const rusage& u) {
         return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000.0 + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1000.0;
@@ -597,10 +605,10 @@ void Server::collect_usage(Run& r, Embryo& e, RunOutcome& o) {
         return;
     }
     o.limits = limits_.enforcement(r.request.cpus > 0);
-    if (auto text = pread_text(e.cpu_usage)) {
-        double ms = e.cpu_usage_keyed ? static_cast<double>(cgroup_keyed_value(*text, "usage_usec")) / 1e3
-                                      : static_cast<double>(parse_cgroup_uint(*text).value_or(0)) / 1e6;
-        o.cpu_ms = std::max(0.0, ms - e.setup_cpu_ms - e.python_cpu_ms);
+    if (auto ms = cgroup_cpu_ms(e)) {
+        // What ran in the sandbox since the release: not its build, its warm shell's or warm
+        // Python's start, nor (on cgroup v1, joined after the clone) what its init did first.
+        o.cpu_ms = std::max(0.0, *ms - r.cpu_ms_at_release.value_or(e.setup_cpu_ms + e.python_cpu_ms));
     } else {
         // A warm Python's own start-up is not the request's.
         o.cpu_ms = std::max(0.0, rusage_ms(r.usage) - e.python_cpu_ms - (r.usage_is_command ? 0 : e.setup_cpu_ms));

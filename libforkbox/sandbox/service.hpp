@@ -127,6 +127,7 @@ struct Run {
     std::string line_said;
     bool line_said_more = false;
     int64_t stage_used_at_release = -1;  // bytes on the sandbox's writable layer
+    std::optional<double> cpu_ms_at_release;  // the sandbox cgroup's CPU time then
     std::optional<int64_t> written_bytes;  // the growth of the sandbox's writable layer
     uint64_t oom_kills_before = 0;  // a session's count when the run began
     std::string error_text;         // a file verb's stderr: its error message
@@ -314,6 +315,7 @@ private:
     void fail_run(Run& r, ErrorKind kind, const std::string& message);
     void drop_run(uint64_t run_id);
     void collect_usage(Run& r, Embryo& e, RunOutcome& o);
+    std::optional<double> cgroup_cpu_ms(const Embryo& e) const;  // its cgroup's CPU time so far
     void open_usage_files(Embryo& e);
     void serve_first_message(Connection conn, uid_t peer);
     void shutdown();
