@@ -184,7 +184,7 @@ void embryo_main(const EmbryoSetup& s) {
         ready += " " + std::to_string(warm_python.cpu_ns);
     }
     // With the stage: the service reads what a run wrote from it when a line's end comes
-    // from its shell, not from here.
+    // from its shell, not from here, and a session's forks copy it.
     int stage = tree.stage.get();
     if (!send_with_fds(control, ready, std::span<const int>(&stage, 1), "sandbox control")) ::_exit(1);
 
@@ -207,8 +207,8 @@ void embryo_main(const EmbryoSetup& s) {
         drop_warm_shell(true);
         output[0].reset();  // a session's runs have pipes of their own
         output[1].reset();
-        // A session: its limits, then its state as it begins (a diff's base) and "l" with
-        // the stage, which the daemon keeps for forks.
+        // A session: its limits, then its state as it begins (a diff's base), then "l" (the
+        // daemon keeps the stage it had with "R" for forks).
         Release limits;
         unsigned long long nproc = 0, address = 0;
         int drop = 0;
@@ -220,8 +220,7 @@ void embryo_main(const EmbryoSetup& s) {
         tree.context.lower_fd = tree.lower.get();
         tree.base = take_manifest(tree.context);
         tree.context.base = &tree.base;
-        int stage = tree.stage.get();
-        if (!send_with_fds(control, "l", std::span<const int>(&stage, 1), "sandbox control")) ::_exit(1);
+        send_text(control, "l");
         session_loop(control, limits);
     }
     if (fds.size() == 1 && output[0] && output[1]) {

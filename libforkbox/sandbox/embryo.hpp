@@ -18,7 +18,7 @@
 //           The builder sends "M" right after "P", except to a held embryo: one kept for
 //           forks, which the service sends "M" itself when a fork takes it.
 //   embryo: "C" (a fork: the parent's state is copied), then
-//           "R" + fd its stage (ready: the tmpfs of its writable layer) or "F<message>"
+//           "R" + fd its stage (ready: a copy of its writable layer's tmpfs mount) or "F<message>"
 //           (failed; it then exits); a warm Python's embryo starts python3 (pid 2) first
 //           and says "R <its CPU time so far, ns>"
 //   daemon: "N" + fds stdout, stderr [, a pipe's write end]: made while it waits in a pool
@@ -33,7 +33,7 @@
 //           when it ended (wait4 of the command alone; the growth of its writable layer).
 // A session instead:
 //   daemon: "L<nproc limit> <address limit> <drop caps 0|1>"
-//   embryo: "l" + fd: the stage (a copy of its tmpfs mount, for forks)
+//   embryo: "l" (made; the daemon keeps the stage it had with "R", for forks)
 //   daemon: "N" + fds stdout, stderr                 the next warm shell's: sent when the
 //                                                    session is made and when a run took it
 //   daemon: "G<id>\n" + Release::encode() + 3 fds    a run (warm_python: by a warm Python

@@ -85,10 +85,6 @@ Result<void> drop_every_capability();
 // Waits for the command (reaping what gets orphaned meanwhile), reports its status and
 // usage ("W"), and exits: the kernel then kills whatever else runs in the sandbox.
 [[noreturn]] void report_end(int control, pid_t command, int64_t used_before);
-// The same for a command that said how it ended (`code`) before its exit, which is not
-// waited for: no usage (the daemon reads it from the sandbox's cgroup), and "1" after the
-// time: its output so far is all of it, whether or not its pipes have closed yet.
-[[noreturn]] void report_end_before_exit(int control, pid_t command, int code, int64_t used_before);
 
 // --- warm_shell.cpp ---
 

@@ -123,7 +123,7 @@ void Server::on_control(uint64_t embryo_id) {
     }
     std::string_view m(*received);
     if (e.state == Embryo::State::Session) {
-        on_session_message(e, m, fds);
+        on_session_message(e, m);
     } else if (e.state == Embryo::State::Building && m == "C") {
         e.copied = true;
         if (auto r = runs_.find(e.run); r != runs_.end()) fork_child_copied(r->second->job, e.run);

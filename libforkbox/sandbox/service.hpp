@@ -70,9 +70,6 @@ struct Connection {
     explicit operator bool() const { return static_cast<bool>(fd); }
 };
 
-// One request being served on a connection: a command (in a fresh sandbox, or in a
-// session's), a file verb in a session, or the making of a session (for a create, or as
-// one child of a fork, which has no connection of its own).
 inline constexpr int kBuildFailuresBeforePause = 3;
 // A command released this recently has the machine to itself: a pool that still holds a
 // sandbox is refilled after it (or once it has run this long). A build costs ~3 ms of CPU,
@@ -85,6 +82,9 @@ inline constexpr auto kHeldRetry = std::chrono::seconds(10);
 
 inline std::string errno_text(std::string_view what) { return std::string(what) + ": " + std::strerror(errno); }
 
+// One request being served on a connection: a command (in a fresh sandbox, or in a
+// session's), a file verb in a session, or the making of a session (for a create, or as
+// one child of a fork, which has no connection of its own).
 struct Run {
     enum class Purpose : uint8_t { Command, File, MakeSession };
     uint64_t id = 0;
@@ -161,7 +161,9 @@ struct Embryo {
     // ends): their read ends. The release then carries stdin's fd alone.
     unique_fd output_ready[2];
     unique_fd line_end_ready;  // and, for a shell line's end before its exit, that pipe's read end
-    unique_fd stage;  // its writable layer's tmpfs ("R"): what a run wrote, without its init's word
+    // Its writable layer's tmpfs ("R"): what a run wrote, without its init's word; a session
+    // takes it for its forks.
+    unique_fd stage;
     bool cpu_usage_keyed = false;  // v2 cpu.stat (usage_usec) instead of v1 cpuacct.usage (ns)
     Clock::time_point asked = Clock::now();
     bool reaped = false;
@@ -273,7 +275,7 @@ private:
     void build_failed(uint64_t embryo_id, const std::string& why);
     void remove_later(const std::vector<std::string>& dirs, unique_fd mount_ns = {});
     void on_control(uint64_t embryo_id);
-    void on_session_message(Embryo& e, std::string_view m, std::vector<unique_fd>& fds);
+    void on_session_message(Embryo& e, std::string_view m);
     void on_embryo_exit(uint64_t embryo_id);
     void embryo_ready(Embryo& e);
     void discard_embryo(uint64_t embryo_id);

@@ -224,16 +224,16 @@ void Server::session_made(Run& r, Embryo& e, unique_fd stage) {
     drop_run(r.id);
 }
 
-void Server::on_session_message(Embryo& e, std::string_view m, std::vector<unique_fd>& fds) {
+void Server::on_session_message(Embryo& e, std::string_view m) {
     char tag = m.front();
     m.remove_prefix(1);
     if (tag == 'l') {
         auto r = runs_.find(e.run);
-        if (r == runs_.end() || fds.size() != 1) {
+        if (r == runs_.end() || !e.stage) {
             discard_embryo(e.id);  // its client left while it was made
             return;
         }
-        session_made(*r->second, e, std::move(fds[0]));
+        session_made(*r->second, e, std::move(e.stage));
         return;
     }
     if (tag == 's' || tag == 't') {

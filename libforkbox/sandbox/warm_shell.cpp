@@ -72,7 +72,7 @@ void start_warm_shell(WarmShellRole role, int out, int err, uint64_t address_lim
     unique_fd null(::open("/dev/null", O_RDWR | O_CLOEXEC));            // as the daemon's
     if (!script_in || !null) return;
     unique_fd line_end_out;  // clear of 0-4 in the child too
-    if (role == WarmShellRole::sandbox && line_end >= 0 && !(line_end_out = unique_fd(::fcntl(line_end, F_DUPFD_CLOEXEC, 10))))
+    if (line_end >= 0 && !(line_end_out = unique_fd(::fcntl(line_end, F_DUPFD_CLOEXEC, 10))))
         return;
     Release r;
     r.argv = {"/bin/sh", "-c", ::access("/dev/fd/3", F_OK) == 0 || errno != ENOENT ? ". /dev/fd/3" : ". /proc/self/fd/3"};
