@@ -141,8 +141,16 @@ void Server::on_control(uint64_t embryo_id) {
         }
     } else if (m.front() == 'W' && e.state == Embryo::State::Running) {
         // The command's end, before its init's: the reply need not wait for init's exit.
-        auto r = runs_.find(e.run);
+        uint64_t run_id = e.run;
+        auto r = runs_.find(run_id);
         if (r == runs_.end() || r->second->exited) return;
+        if (r->second->line_end) {
+            // Its warm shell said how its line ended before its exit, so before this report:
+            // that word ends the run, whichever of the two this loop saw first.
+            on_line_end(*r->second);
+            r = runs_.find(run_id);
+            if (r == runs_.end() || r->second->exited) return;
+        }
         Run& run = *r->second;
         trace::mark("sandbox: command ended");
         take_end_report(run, m.substr(1));
