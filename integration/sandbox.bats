@@ -426,7 +426,7 @@ settled() {
 	local sock=$TDIR/warm.sock cold=$TDIR/cold.sock line warm_status warm_out warm_err
 	FORKBOX_TRACE=$TDIR/trace start_daemon_as_root "$sock"
 	start_daemon_as_root "$cold" --no-warm-shell
-	local -a lines=(
+	local -a shell_lines=(
 		'echo out; echo err >&2; exit 3'
 		'echo hi; false'
 		'trap "echo bye; echo bye2 >&2" EXIT; echo hi; (exit 4)'
@@ -440,7 +440,7 @@ settled() {
 		'exec echo execd'
 		'echo $# $0; ls /proc/self/fd'
 	)
-	for line in "${lines[@]}"; do
+	for line in "${shell_lines[@]}"; do
 		settled "$sock"
 		run --separate-stderr sb_on "$sock" -- /bin/sh -c "$line"
 		warm_status=$status warm_out=$output warm_err=${stderr//eval: /}
@@ -450,6 +450,31 @@ settled() {
 	done
 	# The lines that set no trap and ran to their end ended on their shell's word, before its exit.
 	(($(grep -c 'sandbox: line ended' "$TDIR/trace") >= 5)) || fail "$(grep -E 'sandbox: (line|command) ended' "$TDIR/trace")"
+	# The service wrote each line to its shell itself, in another environment too (the
+	# script makes it); one the sandbox's init must prepare first (another cwd: it checks it
+	# as for any command; limits by rlimit), or too long for one write, goes through the init
+	# and reads the same.
+	local given long
+	given=$(grep -c 'sandbox: line given' "$TDIR/trace")
+	((given == ${#shell_lines[@]})) || fail "$given of ${#shell_lines[@]} lines given"
+	local -a args=("0 -e A=b -- /bin/sh -c env" "0 -w /tmp -- /bin/sh -c pwd" "127 -w /nosuch -- /bin/sh -c pwd")
+	for line in "${args[@]}"; do
+		settled "$sock"
+		# shellcheck disable=SC2086 # the options split as written
+		run -"${line%% *}" sb_on "$sock" ${line#* }
+		warm_out=$output
+		settled "$cold"
+		# shellcheck disable=SC2086
+		run -"${line%% *}" sb_on "$cold" ${line#* }
+		assert_equal "$warm_out" "$output"
+	done
+	long="x=$(head -c 6000 /dev/zero | tr '\0' y); echo \${#x}"
+	settled "$sock"
+	run sb_on "$sock" -- /bin/sh -c "$long"
+	assert_success
+	assert_output 6000
+	given=$(grep -c 'sandbox: line given' "$TDIR/trace")
+	((given == ${#shell_lines[@]} + 1)) || fail "$given lines given, ${#shell_lines[@]} + 1 expected"
 }
 
 @test "sandbox: a root whose /bin/sh is not dash runs each line in a shell started for it" {

@@ -221,6 +221,7 @@ TEST(SandboxRelease, RoundTrips) {
     r.nproc_limit = 64;
     r.address_limit = 1 << 30;
     r.drop_all_caps = true;
+    r.line_given = true;
     auto back = Release::decode(r.encode());
     ASSERT_TRUE(back) << back.error().what();
     EXPECT_EQ(*back, r);
@@ -325,6 +326,18 @@ TEST(SandboxWarmShell, MakesAnEnvironmentAShellCanMake) {
         EXPECT_FALSE(warm_shell_environment({bad, "PATH=/bin"})) << bad;
     EXPECT_FALSE(warm_shell_environment({"A=1", "A=2"}));
     EXPECT_TRUE(warm_shell_environment({"_x9=multi\nline", "PATH=/bin"}));
+}
+
+TEST(SandboxWarmShell, ScriptsALine) {
+    // The line, then its status to fd 4 (hidden from the line) once it is done.
+    EXPECT_EQ(warm_shell_script("echo 'hi'", "", "/", true),
+              "exec 3<&-; eval 'echo '\\''hi'\\''' 4>&-; { set -- \"$?\"; unset -f printf; trap; "
+              "printf 'S%s\\n' \"$1\"; return \"$1\"; } >&4 2>&4\n");
+    EXPECT_EQ(warm_shell_script("true", "", "/", false), "exec 3<&-; eval 'true'\n");
+    // Another cwd or environment first (after the environment's `unset PWD`, the PWD again).
+    EXPECT_EQ(warm_shell_script("pwd", "", "/tmp", false), "exec 3<&-; cd -P -- '/tmp' || exit; unset OLDPWD; eval 'pwd'\n");
+    EXPECT_EQ(warm_shell_script("env", "unset PATH; ", "/", false),
+              "exec 3<&-; unset PATH; cd -P -- '/' || exit; unset OLDPWD; eval 'env'\n");
 }
 
 TEST(SandboxKindWire, RoundTrips) {

@@ -101,6 +101,7 @@ std::string Release::encode() const {
     put(out, std::to_string(address_limit));
     put(out, drop_all_caps ? "1" : "0");
     put(out, warm_python ? "1" : "0");
+    put(out, line_given ? "1" : "0");
     std::string modules;  // module names have no comma
     for (const auto& m : preload) modules += (modules.empty() ? "" : ",") + m;
     put(out, modules);
@@ -120,6 +121,8 @@ Result<Release> Release::decode(std::string_view data) {
     r.drop_all_caps = drop != 0;
     FB_ASSIGN(uint64_t python, in.number());
     r.warm_python = python != 0;
+    FB_ASSIGN(uint64_t given, in.number());
+    r.line_given = given != 0;
     FB_ASSIGN(std::string modules, in.next());
     for (size_t start = 0; start < modules.size();) {
         size_t end = std::min(modules.find(',', start), modules.size());
@@ -191,15 +194,21 @@ void embryo_main(const EmbryoSetup& s) {
     fds.clear();
     n = receive_message(control, buf, fds, "sandbox control");
     // "N": our command's stdout and stderr, made while we wait in a pool (and the pipe to the
-    // service its warm shell says its line's end on); the release then carries stdin alone.
+    // service its warm shell says its line's end on, and the one it reads its script from);
+    // the release then carries stdin alone.
     unique_fd output[2];
-    if (n && *n == 1 && buf[0] == 'N' && (fds.size() == 2 || fds.size() == 3)) {
+    if (n && *n == 1 && buf[0] == 'N' && (fds.size() == 2 || fds.size() == 3 || fds.size() == 5)) {
         output[0] = std::move(fds[0]);
         output[1] = std::move(fds[1]);
-        unique_fd line_end = fds.size() == 3 ? std::move(fds[2]) : unique_fd();
+        unique_fd line_end = fds.size() >= 3 ? std::move(fds[2]) : unique_fd();
+        unique_fd script[2];
+        if (fds.size() == 5) {
+            script[0] = std::move(fds[3]);
+            script[1] = std::move(fds[4]);
+        }
         fds.clear();
         if (s.warm_shell && (!s.kind || !s.kind->python))
-            start_warm_shell(WarmShellRole::sandbox, output[0].get(), output[1].get(), 0, line_end.get());
+            start_warm_shell(WarmShellRole::sandbox, output[0].get(), output[1].get(), 0, line_end.get(), script);
         n = receive_message(control, buf, fds, "sandbox control");
     }
     if (!n || *n < 1) ::_exit(1);
@@ -234,6 +243,9 @@ void embryo_main(const EmbryoSetup& s) {
     if (!release) exec_failed(control, EPROTO, "release");
     int stdio[3] = {fds[0].release(), fds[1].release(), fds[2].release()};
     if (release->warm_python && warm_python.pid > 0) run_warm_python(control, *release, stdio);
+    // A line the service gave the shell is the shell's to run, and only its (without the
+    // shell, which never read it, it runs here).
+    if (release->line_given && warm_shell.pid >= 0) run_in_warm_shell(control, *release, "", stdio);
     if (auto environment = fits_warm_shell(*release, stdio[0])) run_in_warm_shell(control, *release, *environment, stdio);
     run(control, *release, stdio);
 }

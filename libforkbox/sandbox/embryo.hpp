@@ -21,13 +21,16 @@
 //           "R" + fd its stage (ready: a copy of its writable layer's tmpfs mount) or "F<message>"
 //           (failed; it then exits); a warm Python's embryo starts python3 (pid 2) first
 //           and says "R <its CPU time so far, ns>"
-//   daemon: "N" + fds stdout, stderr [, a pipe's write end]: made while it waits in a pool
-//           (off the request's path); the embryo then starts its warm shell
-//           (takes_warm_shell) with them, and the pipe as its fd 4: the shell says its
-//           line's status there before its exit ("S<status>\n", warm_shell.cpp), and the
-//           daemon then ends the run and kills the sandbox without waiting for "W"
+//   daemon: "N" + fds stdout, stderr [, a pipe's write end [, the script pipe's read and
+//           write ends]]: made while it waits in a pool (off the request's path); the embryo
+//           then starts its warm shell (takes_warm_shell) with them, and the pipe as its
+//           fd 4: the shell says its line's status there before its exit ("S<status>\n",
+//           warm_shell.cpp), and the daemon then ends the run and kills the sandbox without
+//           waiting for "W". With the script pipe (the daemon keeps a write end) the shell
+//           reads its line from it, and the daemon may write the line there itself.
 //   daemon: "G" + Release::encode() + fds stdin, stdout, stderr     run the command
-//           (after "N": fd stdin alone), in the warm shell when it takes the command
+//           (after "N": fd stdin alone), in the warm shell when it takes the command;
+//           Release::line_given: the daemon wrote it to the shell's script pipe already
 //   embryo: "X<errno> <message>" when the command could not be started (its status is then
 //           126 or 127), and "W<wait status> <user us> <system us> <max rss KiB> <bytes>"
 //           when it ended (wait4 of the command alone; the growth of its writable layer).
@@ -68,6 +71,11 @@ namespace forkbox::sandbox {
 // default environment, while the embryo waits.
 bool takes_warm_shell(const std::vector<std::string>& argv, const std::vector<std::string>& env, bool has_stdin);
 
+// What the warm shell reads for a line: `environment` (warm_shell_environment's), a cd to
+// `cwd` unless it is "/", the line, and with `says_line_end` the status to its fd 4.
+std::string warm_shell_script(std::string_view line, const std::string& environment, const std::string& cwd,
+                              bool says_line_end);
+
 // What turns the warm shell's environment (kDefaultEnv) into `env` as a dash started with
 // `env` has it: "" for the default, else `unset` of every default variable and PWD, then
 // `export` of `env`'s in its order (dash lists its children's environment by its own hash
@@ -88,6 +96,10 @@ struct Release {
     bool drop_all_caps = false;
     bool warm_python = false;  // argv is python3 -c CODE: the embryo's warm Python runs CODE
     std::vector<std::string> preload;  // a session's warm Python: the modules it imports first
+    // The service wrote the line to the warm shell's script pipe (warm_shell_script) as it
+    // sent this: only a one-shot's line that needs nothing of the init first (no rlimit,
+    // cwd "/", the shell's own caps); without the warm shell, the init runs it itself.
+    bool line_given = false;
 
     std::string encode() const;
     static Result<Release> decode(std::string_view data);

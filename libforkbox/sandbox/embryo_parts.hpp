@@ -104,8 +104,11 @@ enum class WarmShellRole {
 // Started when the embryo gets its output pipes ("N"), with stdin /dev/null; a session's
 // has the session's address-space limit, as its runs. With `line_end` (a pipe's write end,
 // the service's "N" gave it), the shell writes its line's status there once the line is
-// done, before its exit (warm_shell.cpp).
-void start_warm_shell(WarmShellRole role, int out, int err, uint64_t address_limit, int line_end);
+// done, before its exit (warm_shell.cpp). With `script` (a pipe's read and write ends from
+// "N", the service keeping a write end too) it reads its script there, else from a pipe of
+// our own.
+void start_warm_shell(WarmShellRole role, int out, int err, uint64_t address_limit, int line_end,
+                      unique_fd script[2] = nullptr);
 // Killed, and reaped by the caller's wait for its command, or now (`reap`).
 void drop_warm_shell(bool reap);
 // For a release the warm shell runs exactly as `/bin/sh -c LINE` would (with every
@@ -115,6 +118,9 @@ std::optional<std::string> fits_warm_shell(const Release& r, int stdin_fd);
 // died before it could read it. `environment` is fits_warm_shell's; the caller has checked
 // that `cwd` can be entered.
 pid_t give_line(const std::string& line, const std::string& environment, const std::string& cwd);
+// The warm shell, once the service wrote it the line itself (Release::line_given): then the
+// command's, as give_line's.
+pid_t line_was_given();
 // The release's line to the warm shell, under the release's limits; reports its end.
 [[noreturn]] void run_in_warm_shell(int control, const Release& r, const std::string& environment, const int* stdio);
 

@@ -161,6 +161,7 @@ struct Embryo {
     // ends): their read ends. The release then carries stdin's fd alone.
     unique_fd output_ready[2];
     unique_fd line_end_ready;  // and, for a shell line's end before its exit, that pipe's read end
+    unique_fd script_ready;    // and a write end of the pipe its warm shell reads its line from
     // Its writable layer's tmpfs ("R"): what a run wrote, without its init's word; a session
     // takes it for its forks.
     unique_fd stage;
@@ -295,6 +296,8 @@ private:
     Result<void> apply_limits(Embryo& e, const oci::Resources& want);
     // `line_end`: and the pipe a pooled one's warm shell says its line's end on.
     void make_output_pipes(Embryo& e, bool line_end);
+    bool give_line(Run& r, Embryo& e, const Release& rel);  // to its warm shell, directly
+    bool pipe_for_sandbox(int ends[2]) const;
     bool can_end_lines_early(const Embryo& e) const;
     // 0: failed. `take_ready`: the embryo's "N" pipes, when it has them, are the run's output.
     size_t open_pipes(Run& r, Embryo& e, int* stdio, unique_fd* child_ends, bool take_ready);

@@ -178,6 +178,7 @@ void Server::release_session(Run& r, Embryo& e) {
     e.state = Embryo::State::Session;
     e.output_ready[0].reset();  // a pooled embryo's: each run of the session makes its own
     e.output_ready[1].reset();
+    e.script_ready.reset();  // its warm shell goes: the session starts its own
     Release limits;
     // Its warm shell, idle beside its runs (a dash: a few hundred KiB), is not one of them.
     uint64_t pids = r.make.pids ? r.make.pids + 1 : 0;

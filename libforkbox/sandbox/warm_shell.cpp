@@ -63,11 +63,31 @@ std::string single_quoted(std::string_view text) {
 
 WarmShell warm_shell;
 
-void start_warm_shell(WarmShellRole role, int out, int err, uint64_t address_limit, int line_end) {
+namespace {
+
+// Out of the background class it waited in (a SCHED_BATCH wakee preempts no one), and
+// running (a session's run may have stopped everyone else: kill -STOP -1).
+void wake_warm_shell(pid_t pid) {
+    sched_param none{};
+    ::sched_setscheduler(pid, SCHED_OTHER, &none);
+    ::kill(pid, SIGCONT);
+}
+
+}  // namespace
+
+void start_warm_shell(WarmShellRole role, int out, int err, uint64_t address_limit, int line_end, unique_fd script[2]) {
     if (!shell_is_dash()) return;
-    int ends[2];
-    if (::pipe2(ends, O_CLOEXEC) < 0) return;
-    unique_fd read_end(ends[0]), write_end(ends[1]);
+    unique_fd read_end, write_end;
+    bool given_script = script && script[0] && script[1];
+    if (given_script) {
+        read_end = std::move(script[0]);
+        write_end = std::move(script[1]);
+    } else {
+        int ends[2];
+        if (::pipe2(ends, O_CLOEXEC) < 0) return;
+        read_end.reset(ends[0]);
+        write_end.reset(ends[1]);
+    }
     unique_fd script_in(::fcntl(read_end.get(), F_DUPFD_CLOEXEC, 10));  // clear of 0-4 in the child
     unique_fd null(::open("/dev/null", O_RDWR | O_CLOEXEC));            // as the daemon's
     if (!script_in || !null) return;
@@ -97,6 +117,10 @@ void start_warm_shell(WarmShellRole role, int out, int err, uint64_t address_lim
     warm_shell.pid = pid;
     warm_shell.script = std::move(write_end);
     warm_shell.says_line_end = c.line_end_fd >= 0;
+    // The service may write it its line itself, and what it runs must not be SCHED_BATCH: out
+    // of that class now, its start under way (a batch wakee preempts no one, and the shell,
+    // which faults its way through its start, wakes no more until its line comes).
+    if (given_script) wake_warm_shell(pid);
 }
 
 void drop_warm_shell(bool reap) {
@@ -122,22 +146,8 @@ std::optional<std::string> fits_warm_shell(const Release& r, int stdin_fd) {
 // has checked that it can.
 pid_t give_line(const std::string& line, const std::string& environment, const std::string& cwd) {
     pid_t pid = warm_shell.pid;
-    sched_param none{};
-    ::sched_setscheduler(pid, SCHED_OTHER, &none);
-    ::kill(pid, SIGCONT);  // a session's run may have stopped everyone else (kill -STOP -1)
-    std::string script = "exec 3<&-; " + environment;
-    if (cwd != "/" || !environment.empty()) script += "cd -P -- " + single_quoted(cwd) + " || exit; unset OLDPWD; ";
-    if (warm_shell.says_line_end) {
-        // Only special built-ins, which no function of the line's can shadow, and printf once
-        // none does. The status is kept where the line cannot make it read-only ($1) and is
-        // the dot script's, so the shell's exit status too. What else goes to fd 4 (a trap's
-        // listing, an -x trace) comes before the status line: the service then waits for the
-        // shell's exit (an EXIT trap runs, and may write, at the exit itself).
-        script += "eval " + single_quoted(line) + " 4>&-; { set -- \"$?\"; unset -f printf; trap; "
-                  "printf 'S%s\\n' \"$1\"; return \"$1\"; } >&4 2>&4\n";
-    } else {
-        script += "eval " + single_quoted(line) + "\n";
-    }
+    wake_warm_shell(pid);
+    std::string script = warm_shell_script(line, environment, cwd, warm_shell.says_line_end);
     std::string_view rest(script);
     while (!rest.empty()) {
         ssize_t n = ::write(warm_shell.script.get(), rest.data(), rest.size());
@@ -156,12 +166,24 @@ pid_t give_line(const std::string& line, const std::string& environment, const s
     return pid;
 }
 
+pid_t line_was_given() {
+    pid_t pid = warm_shell.pid;
+    wake_warm_shell(pid);  // woken already by the line: it may have preempted no one yet
+    warm_shell.pid = -1;
+    warm_shell.script.reset();
+    warm_shell.says_line_end = false;
+    return pid;
+}
+
 [[noreturn]] void run_in_warm_shell(int control, const Release& r, const std::string& environment, const int* stdio) {
     pid_t pid = warm_shell.pid;
     limit_started(control, pid, r);
     if (::chdir(r.cwd.c_str()) < 0) exec_failed(control, errno, "cwd " + r.cwd);  // as run() reports it
     int64_t used = stage_used();
-    if (give_line(r.argv[2], environment, r.cwd) < 0) send_text(control, "X" + std::to_string(errno) + " warm shell: " + std::strerror(errno));
+    if (r.line_given)
+        line_was_given();
+    else if (give_line(r.argv[2], environment, r.cwd) < 0)
+        send_text(control, "X" + std::to_string(errno) + " warm shell: " + std::strerror(errno));
     trace::mark("embryo: spawned");
     for (int i = 0; i < 3; ++i) ::close(stdio[i]);
     report_end(control, pid, used);
@@ -171,6 +193,25 @@ pid_t give_line(const std::string& line, const std::string& environment, const s
 
 bool takes_warm_shell(const std::vector<std::string>& argv, const std::vector<std::string>& env, bool has_stdin) {
     return !has_stdin && embryo::is_shell_line(argv) && warm_shell_environment(env);
+}
+
+std::string warm_shell_script(std::string_view line, const std::string& environment, const std::string& cwd,
+                              bool says_line_end) {
+    std::string script = "exec 3<&-; " + environment;
+    if (cwd != "/" || !environment.empty())
+        script += "cd -P -- " + embryo::single_quoted(cwd) + " || exit; unset OLDPWD; ";
+    if (says_line_end) {
+        // Only special built-ins, which no function of the line's can shadow, and printf once
+        // none does. The status is kept where the line cannot make it read-only ($1) and is
+        // the dot script's, so the shell's exit status too. What else goes to fd 4 (a trap's
+        // listing, an -x trace) comes before the status line: the service then waits for the
+        // shell's exit (an EXIT trap runs, and may write, at the exit itself).
+        script += "eval " + embryo::single_quoted(line) + " 4>&-; { set -- \"$?\"; unset -f printf; trap; "
+                  "printf 'S%s\\n' \"$1\"; return \"$1\"; } >&4 2>&4\n";
+    } else {
+        script += "eval " + embryo::single_quoted(line) + "\n";
+    }
+    return script;
 }
 
 std::optional<std::string> warm_shell_environment(const std::vector<std::string>& env) {
