@@ -333,11 +333,11 @@ TEST(SandboxWarmShell, ScriptsALine) {
     EXPECT_EQ(warm_shell_script("echo 'hi'", "", "/", true),
               "exec 3<&-; eval 'echo '\\''hi'\\''' 4>&-; { set -- \"$?\"; unset -f printf; trap; "
               "printf 'S%s\\n' \"$1\"; return \"$1\"; } >&4 2>&4\n");
-    EXPECT_EQ(warm_shell_script("true", "", "/", false), "exec 3<&-; eval 'true'\n");
+    EXPECT_EQ(warm_shell_script("true", "", "/", false), "exec 3<&-; eval 'true'; return\n");
     // Another cwd or environment first (after the environment's `unset PWD`, the PWD again).
-    EXPECT_EQ(warm_shell_script("pwd", "", "/tmp", false), "exec 3<&-; cd -P -- '/tmp' || exit; unset OLDPWD; eval 'pwd'\n");
+    EXPECT_EQ(warm_shell_script("pwd", "", "/tmp", false), "exec 3<&-; cd -P -- '/tmp' || exit; unset OLDPWD; eval 'pwd'; return\n");
     EXPECT_EQ(warm_shell_script("env", "unset PATH; ", "/", false),
-              "exec 3<&-; unset PATH; cd -P -- '/' || exit; unset OLDPWD; eval 'env'\n");
+              "exec 3<&-; unset PATH; cd -P -- '/' || exit; unset OLDPWD; eval 'env'; return\n");
 }
 
 TEST(SandboxKindWire, RoundTrips) {

@@ -197,18 +197,12 @@ void embryo_main(const EmbryoSetup& s) {
     // service its warm shell says its line's end on, and the one it reads its script from);
     // the release then carries stdin alone.
     unique_fd output[2];
-    if (n && *n == 1 && buf[0] == 'N' && (fds.size() == 2 || fds.size() == 3 || fds.size() == 5)) {
-        output[0] = std::move(fds[0]);
-        output[1] = std::move(fds[1]);
-        unique_fd line_end = fds.size() >= 3 ? std::move(fds[2]) : unique_fd();
-        unique_fd script[2];
-        if (fds.size() == 5) {
-            script[0] = std::move(fds[3]);
-            script[1] = std::move(fds[4]);
-        }
-        fds.clear();
+    if (auto pipes = n ? warm_shell_pipes(std::string_view(buf.data(), *n), fds) : std::nullopt) {
+        output[0] = std::move(pipes->output[0]);
+        output[1] = std::move(pipes->output[1]);
         if (s.warm_shell && (!s.kind || !s.kind->python))
-            start_warm_shell(WarmShellRole::sandbox, output[0].get(), output[1].get(), 0, line_end.get(), script);
+            start_warm_shell(WarmShellRole::sandbox, output[0].get(), output[1].get(), 0, pipes->line_end.get(),
+                             pipes->script);
         n = receive_message(control, buf, fds, "sandbox control");
     }
     if (!n || *n < 1) ::_exit(1);

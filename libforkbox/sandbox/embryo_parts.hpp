@@ -109,6 +109,14 @@ enum class WarmShellRole {
 // our own.
 void start_warm_shell(WarmShellRole role, int out, int err, uint64_t address_limit, int line_end,
                       unique_fd script[2] = nullptr);
+// The pipes of an "N" ("N" ["E"] ["S"] + fds stdout, stderr [, the line's end] [, the
+// script's read and write ends]), or none when the message is not one.
+struct WarmShellPipes {
+    unique_fd output[2];
+    unique_fd line_end;
+    unique_fd script[2];
+};
+std::optional<WarmShellPipes> warm_shell_pipes(std::string_view message, std::vector<unique_fd>& fds);
 // Killed, and reaped by the caller's wait for its command, or now (`reap`).
 void drop_warm_shell(bool reap);
 // For a release the warm shell runs exactly as `/bin/sh -c LINE` would (with every

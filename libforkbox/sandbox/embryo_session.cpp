@@ -205,11 +205,14 @@ bool python_is_going(pid_t pid) {
             send_text(control, "t");
             continue;
         }
-        if (tag == 'N' && fds.size() == 2) {  // the next warm shell's pipes
+        if (tag == 'N') {  // the next warm shell's pipes
+            auto pipes = warm_shell_pipes(std::string_view(buf.data(), *n), fds);
+            if (!pipes) continue;
             drop_warm_shell(true);
-            warm_shell.output[0] = std::move(fds[0]);
-            warm_shell.output[1] = std::move(fds[1]);
-            start_warm_shell(WarmShellRole::session, warm_shell.output[0].get(), warm_shell.output[1].get(), limits.address_limit, -1);
+            warm_shell.output[0] = std::move(pipes->output[0]);
+            warm_shell.output[1] = std::move(pipes->output[1]);
+            start_warm_shell(WarmShellRole::session, warm_shell.output[0].get(), warm_shell.output[1].get(),
+                             limits.address_limit, -1);
             continue;
         }
         // A line for the warm shell comes with stdin alone: its output is the "N" pipes'.

@@ -230,7 +230,7 @@ void Server::embryo_ready(Embryo& e) {
     }
     Pool& pool = pools_[e.kind];
     if (e.kind.mounts.empty() && static_cast<int>(pool.ready.size()) + pool.building < opt_.pool_size) {
-        make_output_pipes(e, can_end_lines_early(e));
+        make_output_pipes(e, can_end_lines_early(e), opt_.warm_shell && !e.kind.python);
         pool.ready.push_back(e.id);
         return;
     }

@@ -116,10 +116,11 @@ Result<void> Server::apply_limits(Embryo& e, const oci::Resources& limits) {
 // path: their sendmsg with fds was most of the release's cost (~50 us of ~120 between an
 // agent's calls). Without them (a failure here) the release carries all three.
 //
-// With a line's end, also the pipe the warm shell reads its script from, a write end of it
-// kept: a line that needs nothing of the sandbox's init first is written there with the
-// release (release_line), and the shell runs it while the init wakes (~0.1-0.2 ms here).
-void Server::make_output_pipes(Embryo& e, bool line_end) {
+// `line_end`: also the pipe its warm shell says a line's end on. `script`: and the pipe the
+// warm shell reads its script from, a write end of it kept: a line that needs nothing of
+// the sandbox's init first is written there with the release (give_line), and the shell
+// runs it while the init wakes (~0.1-0.3 ms here).
+void Server::make_output_pipes(Embryo& e, bool line_end, bool script) {
     int out_pipe[2], err_pipe[2], end_pipe[2], script_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) < 0) return;
     unique_fd out_read(out_pipe[0]), out_write(out_pipe[1]);
@@ -129,14 +130,23 @@ void Server::make_output_pipes(Embryo& e, bool line_end) {
     if (line_end && ::pipe2(end_pipe, O_CLOEXEC | O_NONBLOCK) == 0) {
         end_read.reset(end_pipe[0]);
         end_write.reset(end_pipe[1]);
-        if (pipe_for_sandbox(script_pipe)) {
-            script_read.reset(script_pipe[0]);
-            script_write.reset(script_pipe[1]);
-        }
     }
-    int ends[5] = {out_write.get(), err_write.get(), end_write.get(), script_read.get(), script_write.get()};
-    size_t count = script_write ? 5 : end_write ? 3 : 2;
-    if (!send_with_fds(e.control.get(), "N", std::span<const int>(ends, count), "sandbox output pipes")) return;
+    if (script && pipe_for_sandbox(script_pipe)) {
+        script_read.reset(script_pipe[0]);
+        script_write.reset(script_pipe[1]);
+    }
+    std::string message = "N";
+    std::vector<int> ends = {out_write.get(), err_write.get()};
+    if (end_write) {
+        message += 'E';
+        ends.push_back(end_write.get());
+    }
+    if (script_write) {
+        message += 'S';
+        ends.push_back(script_read.get());
+        ends.push_back(script_write.get());
+    }
+    if (!send_with_fds(e.control.get(), message, ends, "sandbox output pipes")) return;
     e.output_ready[0] = std::move(out_read);
     e.output_ready[1] = std::move(err_read);
     e.line_end_ready = std::move(end_read);
@@ -156,20 +166,26 @@ bool Server::pipe_for_sandbox(int ends[2]) const {
     return made;
 }
 
-// A line the warm shell takes with nothing of the init's before it (no rlimit to set, no
-// cwd to check, caps kept), written to the shell's script pipe: whether it was. A script
-// no longer than PIPE_BUF goes in whole into the pipe nothing wrote to before, never
-// blocking; a shell gone already (EPIPE) leaves the line to the init.
-bool Server::give_line(Run& r, Embryo& e, const Release& rel) {
-    unique_fd script = std::move(e.script_ready);
-    if (!script || !r.line_end || rel.nproc_limit || rel.address_limit || rel.drop_all_caps || rel.warm_python ||
-        rel.cwd != "/" || !takes_warm_shell(rel.argv, rel.env, r.request.stdin_frames))
+// A shell line that needs nothing of the sandbox's init before it runs (no rlimit to set,
+// no cwd to check, caps kept), written by us to the warm shell's script pipe: whether it
+// was. A script no longer than PIPE_BUF goes in whole into the pipe nothing wrote to
+// before, never blocking; a shell gone already (EPIPE) leaves the line to the init. The
+// pipe is the run's shell's once the run takes the shell's output pipes (`took_shell`),
+// given the line or not.
+bool Server::give_line(Run& r, Embryo& e, const Release& rel, bool took_shell) {
+    unique_fd script = took_shell ? std::move(e.script_ready) : unique_fd();
+    if (!script || rel.nproc_limit || rel.address_limit || rel.drop_all_caps || rel.warm_python || rel.cwd != "/" ||
+        !takes_warm_shell(rel.argv, rel.env, r.request.stdin_frames))
         return false;
     auto environment = warm_shell_environment(rel.env);
     if (!environment) return false;
-    std::string text = warm_shell_script(rel.argv[2], *environment, rel.cwd, true);
+    std::string text = warm_shell_script(rel.argv[2], *environment, rel.cwd, bool(r.line_end));
     if (text.size() > PIPE_BUF) return false;
-    return ::write(script.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    // What the line writes is measured from here, not from its init's look after it began.
+    r.stage_used_at_release = filesystem_bytes_used(e.stage.get());
+    if (::write(script.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size())) return true;
+    r.stage_used_at_release = -1;
+    return false;
 }
 
 // A line's end from its shell, before the shell's exit, leaves no rusage: only when the
@@ -278,7 +294,7 @@ void Server::release(Run& r, Embryo& e) {
     }
     r.cpu_ms_at_release = cgroup_cpu_ms(e);
     r.released = Clock::now();
-    rel.line_given = give_line(r, e, rel);
+    rel.line_given = give_line(r, e, rel, carried == 1);
     if (rel.line_given) trace::mark("sandbox: line given");
     std::string message = "G" + rel.encode();
     auto sent = send_with_fds(e.control.get(), message, std::span<const int>(stdio, carried), "sandbox release");

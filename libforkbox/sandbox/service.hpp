@@ -295,8 +295,8 @@ private:
     Result<void> limit_sandbox(Embryo& e, uint64_t memory_mb, uint64_t pids, double cpus, Release& release);
     Result<void> apply_limits(Embryo& e, const oci::Resources& want);
     // `line_end`: and the pipe a pooled one's warm shell says its line's end on.
-    void make_output_pipes(Embryo& e, bool line_end);
-    bool give_line(Run& r, Embryo& e, const Release& rel);  // to its warm shell, directly
+    void make_output_pipes(Embryo& e, bool line_end, bool script);
+    bool give_line(Run& r, Embryo& e, const Release& rel, bool took_shell);  // to its warm shell, directly
     bool pipe_for_sandbox(int ends[2]) const;
     bool can_end_lines_early(const Embryo& e) const;
     // 0: failed. `take_ready`: the embryo's "N" pipes, when it has them, are the run's output.

@@ -273,7 +273,7 @@ void Server::start_warm_shell(const std::string& session_id) {
     auto s = sessions_.find(session_id);
     if (!opt_.warm_shell || s == sessions_.end()) return;
     auto e = embryos_.find(s->second->embryo);
-    if (e != embryos_.end() && e->second->control && !e->second->output_ready[0]) make_output_pipes(*e->second, false);
+    if (e != embryos_.end() && e->second->control && !e->second->output_ready[0]) make_output_pipes(*e->second, false, false);
 }
 
 void Server::start_in_session(Run& r, Session& s) {

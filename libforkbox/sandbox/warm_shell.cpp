@@ -123,6 +123,23 @@ void start_warm_shell(WarmShellRole role, int out, int err, uint64_t address_lim
     if (given_script) wake_warm_shell(pid);
 }
 
+std::optional<WarmShellPipes> warm_shell_pipes(std::string_view message, std::vector<unique_fd>& fds) {
+    if (message.empty() || message.front() != 'N') return std::nullopt;
+    bool line_end = message.find('E') != std::string_view::npos, script = message.find('S') != std::string_view::npos;
+    if (fds.size() != 2u + (line_end ? 1u : 0u) + (script ? 2u : 0u)) return std::nullopt;
+    WarmShellPipes p;
+    size_t next = 0;
+    p.output[0] = std::move(fds[next++]);
+    p.output[1] = std::move(fds[next++]);
+    if (line_end) p.line_end = std::move(fds[next++]);
+    if (script) {
+        p.script[0] = std::move(fds[next++]);
+        p.script[1] = std::move(fds[next++]);
+    }
+    fds.clear();
+    return p;
+}
+
 void drop_warm_shell(bool reap) {
     if (warm_shell.pid < 0) return;
     ::kill(warm_shell.pid, SIGKILL);
@@ -209,7 +226,10 @@ std::string warm_shell_script(std::string_view line, const std::string& environm
         script += "eval " + embryo::single_quoted(line) + " 4>&-; { set -- \"$?\"; unset -f printf; trap; "
                   "printf 'S%s\\n' \"$1\"; return \"$1\"; } >&4 2>&4\n";
     } else {
-        script += "eval " + embryo::single_quoted(line) + "\n";
+        // Its end without waiting for the pipe's (the service's end is closed at once, the
+        // init's when the init has woken): parsed with the eval, so no alias the line makes
+        // can change it.
+        script += "eval " + embryo::single_quoted(line) + "; return\n";
     }
     return script;
 }

@@ -69,6 +69,8 @@ LINES = [
     "trap 'echo bye >&2; exit 9' EXIT; echo hi",
     "echo a; (sleep 0.3; echo late) & echo b",
     "ls /proc/self/fd",
+    # Aliases the line makes apply to what is parsed after it, never to what ends the script.
+    "alias return='echo no' set='echo no' printf='echo no'; echo yes",
 ]
 
 
@@ -233,6 +235,7 @@ SESSION_LINES = [
     "trap 'echo bye' EXIT; echo hi",
     "umask; pwd; env | sort",
     "read x; echo \"[$x] $?\"",
+    "alias return='echo no'; echo yes; false",
 ]
 
 
