@@ -395,11 +395,14 @@ sys.stdout.write(repr(s.recv(70000)))
 
 # --- the warm shell ---
 
-# settled SOCKET: waits (10 s at most) until the daemon's pool is full, none being made.
+# settled SOCKET [user]: waits (10 s at most) until the daemon's pool is full, none being
+# made (`user`: the test user's daemon, asked as that user).
 settled() {
 	local i
+	local -a as=()
+	[[ ${2-} == user ]] && as=(as_user)
 	for ((i = 0; i < 1000; i++)); do
-		"$SB_FB" sandbox --socket "$1" --info | grep -q '"pool":{"ready":2,"building":0' && return 0
+		"${as[@]}" "$SB_FB" sandbox --socket "$1" --info | grep -q '"pool":{"ready":2,"building":0' && return 0
 		sleep 0.01
 	done
 }
@@ -586,6 +589,19 @@ state"
 	assert_equal "$(jq -r .mode <<<"$output")" rootless
 	assert_equal "$(jq -r .uid <<<"$output")" "$RL_UID"
 	assert_equal "$(jq -c '.limits | [.memory, .pids]' <<<"$output")" '["rlimit","rlimit"]'
+
+	# A shell line runs under its request's rlimits, whether the daemon wrote it to a pooled
+	# sandbox's warm shell itself (the default limits: the shell started under them) or
+	# the sandbox's init gave it (other limits).
+	settled "$USOCK" user
+	run --separate-stderr usb -- /bin/sh -c 'ulimit -v; ulimit -Hv'
+	assert_success
+	assert_output "$((512 * 1024))
+$((512 * 1024))"
+	settled "$USOCK" user
+	run --separate-stderr usb --memory 64 -- /bin/sh -c 'ulimit -v'
+	assert_success
+	assert_output "$((64 * 1024))"
 }
 
 @test "sandbox (user's daemon): --rootfs, one overlay of a plain directory" {

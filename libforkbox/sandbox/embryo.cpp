@@ -201,8 +201,8 @@ void embryo_main(const EmbryoSetup& s) {
         output[0] = std::move(pipes->output[0]);
         output[1] = std::move(pipes->output[1]);
         if (s.warm_shell && (!s.kind || !s.kind->python))
-            start_warm_shell(WarmShellRole::sandbox, output[0].get(), output[1].get(), 0, pipes->line_end.get(),
-                             pipes->script);
+            start_warm_shell(WarmShellRole::sandbox, output[0].get(), output[1].get(), pipes->address_limit,
+                             pipes->line_end.get(), pipes->script, pipes->nproc_limit);
         n = receive_message(control, buf, fds, "sandbox control");
     }
     if (!n || *n < 1) ::_exit(1);

@@ -83,7 +83,8 @@ pid_t spawn(const Command& c, const int* stdio) {
         ::sched_setscheduler(0, SCHED_BATCH, &none);
     }
     // The address-space limit binds the command, not this process.
-    if (c.limit_address && ::setrlimit(RLIMIT_AS, &c.address) < 0) {
+    if ((c.limit_address && ::setrlimit(RLIMIT_AS, &c.address) < 0) ||
+        (c.limit_nproc && ::setrlimit(RLIMIT_NPROC, &c.nproc) < 0)) {
         exec_errno = errno;
         ::_exit(126);
     }

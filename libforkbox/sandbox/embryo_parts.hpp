@@ -65,6 +65,8 @@ struct Command {
     std::vector<std::string> candidates;  // where argv[0] may be, in PATH order
     rlimit address{};
     bool limit_address = false;
+    rlimit nproc{};
+    bool limit_nproc = false;
     const char* cwd = nullptr;  // a session's run changes directory in the child
     bool own_group = false;     // a session's run leads a process group of its own
     bool batch = false;         // starts SCHED_BATCH: a warm shell, made while others run
@@ -108,13 +110,16 @@ enum class WarmShellRole {
 // "N", the service keeping a write end too) it reads its script there, else from a pipe of
 // our own.
 void start_warm_shell(WarmShellRole role, int out, int err, uint64_t address_limit, int line_end,
-                      unique_fd script[2] = nullptr);
-// The pipes of an "N" ("N" ["E"] ["S"] + fds stdout, stderr [, the line's end] [, the
-// script's read and write ends]), or none when the message is not one.
+                      unique_fd script[2] = nullptr, uint64_t nproc_limit = 0);
+// The pipes of an "N" ("N" ["E"] ["S"] [" <nproc limit> <address limit>"] + fds stdout,
+// stderr [, the line's end] [, the script's read and write ends]), or none when the message
+// is not one. The limits are the rlimits a sandbox's shell starts with: the daemon's
+// default ones, which a line given by the service runs under.
 struct WarmShellPipes {
     unique_fd output[2];
     unique_fd line_end;
     unique_fd script[2];
+    uint64_t nproc_limit = 0, address_limit = 0;
 };
 std::optional<WarmShellPipes> warm_shell_pipes(std::string_view message, std::vector<unique_fd>& fds);
 // Killed, and reaped by the caller's wait for its command, or now (`reap`).

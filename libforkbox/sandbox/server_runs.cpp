@@ -141,15 +141,20 @@ void Server::make_output_pipes(Embryo& e, bool line_end, bool script) {
         message += 'E';
         ends.push_back(end_write.get());
     }
+    // The shell starts under the rlimits a request with the default limits has (a daemon
+    // without cgroups), so that such a line, too, needs nothing of the init's.
+    Rlimits shell = rlimits_for(limits_, opt_.defaults.memory_mb, opt_.defaults.pids);
     if (script_write) {
         message += 'S';
         ends.push_back(script_read.get());
         ends.push_back(script_write.get());
+        if (shell.nproc || shell.address) message += " " + std::to_string(shell.nproc) + " " + std::to_string(shell.address);
     }
     if (!send_with_fds(e.control.get(), message, ends, "sandbox output pipes")) return;
     e.output_ready[0] = std::move(out_read);
     e.output_ready[1] = std::move(err_read);
     e.line_end_ready = std::move(end_read);
+    e.shell_rlimits = script_write ? shell : Rlimits{};
     e.script_ready = std::move(script_write);
 }
 
@@ -166,16 +171,16 @@ bool Server::pipe_for_sandbox(int ends[2]) const {
     return made;
 }
 
-// A shell line that needs nothing of the sandbox's init before it runs (no rlimit to set,
-// no cwd to check, caps kept), written by us to the warm shell's script pipe: whether it
-// was. A script no longer than PIPE_BUF goes in whole into the pipe nothing wrote to
+// A shell line that needs nothing of the sandbox's init before it runs (no rlimits but those
+// its shell started with, no cwd to check, caps kept), written by us to the warm shell's
+// script pipe: whether it was. A script no longer than PIPE_BUF goes in whole into the pipe nothing wrote to
 // before, never blocking; a shell gone already (EPIPE) leaves the line to the init. The
 // pipe is the run's shell's once the run takes the shell's output pipes (`took_shell`),
 // given the line or not.
 bool Server::give_line(Run& r, Embryo& e, const Release& rel, bool took_shell) {
     unique_fd script = took_shell ? std::move(e.script_ready) : unique_fd();
-    if (!script || rel.nproc_limit || rel.address_limit || rel.drop_all_caps || rel.warm_python || rel.cwd != "/" ||
-        !takes_warm_shell(rel.argv, rel.env, r.request.stdin_frames))
+    if (!script || rel.nproc_limit != e.shell_rlimits.nproc || rel.address_limit != e.shell_rlimits.address ||
+        rel.drop_all_caps || rel.warm_python || rel.cwd != "/" || !takes_warm_shell(rel.argv, rel.env, r.request.stdin_frames))
         return false;
     auto environment = warm_shell_environment(rel.env);
     if (!environment) return false;

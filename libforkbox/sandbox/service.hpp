@@ -162,6 +162,7 @@ struct Embryo {
     unique_fd output_ready[2];
     unique_fd line_end_ready;  // and, for a shell line's end before its exit, that pipe's read end
     unique_fd script_ready;    // and a write end of the pipe its warm shell reads its line from
+    Rlimits shell_rlimits;     // what that shell was started under (the default limits')
     // Its writable layer's tmpfs ("R"): what a run wrote, without its init's word; a session
     // takes it for its forks.
     unique_fd stage;

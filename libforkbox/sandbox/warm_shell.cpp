@@ -75,7 +75,8 @@ void wake_warm_shell(pid_t pid) {
 
 }  // namespace
 
-void start_warm_shell(WarmShellRole role, int out, int err, uint64_t address_limit, int line_end, unique_fd script[2]) {
+void start_warm_shell(WarmShellRole role, int out, int err, uint64_t address_limit, int line_end, unique_fd script[2],
+                      uint64_t nproc_limit) {
     if (!shell_is_dash()) return;
     unique_fd read_end, write_end;
     bool given_script = script && script[0] && script[1];
@@ -103,6 +104,8 @@ void start_warm_shell(WarmShellRole role, int out, int err, uint64_t address_lim
     c.own_group = role == WarmShellRole::session;
     c.limit_address = address_limit != 0;
     c.address = rlimit{address_limit, address_limit};
+    c.limit_nproc = nproc_limit != 0;
+    c.nproc = rlimit{nproc_limit, nproc_limit};
     c.script_fd = script_in.get();
     c.line_end_fd = line_end_out ? line_end_out.get() : -1;
     int stdio[3] = {null.get(), out, err};
@@ -125,9 +128,17 @@ void start_warm_shell(WarmShellRole role, int out, int err, uint64_t address_lim
 
 std::optional<WarmShellPipes> warm_shell_pipes(std::string_view message, std::vector<unique_fd>& fds) {
     if (message.empty() || message.front() != 'N') return std::nullopt;
-    bool line_end = message.find('E') != std::string_view::npos, script = message.find('S') != std::string_view::npos;
+    std::string_view flags = message.substr(0, message.find(' '));
+    bool line_end = flags.find('E') != std::string_view::npos, script = flags.find('S') != std::string_view::npos;
     if (fds.size() != 2u + (line_end ? 1u : 0u) + (script ? 2u : 0u)) return std::nullopt;
     WarmShellPipes p;
+    if (flags.size() < message.size()) {
+        unsigned long long nproc = 0, address = 0;
+        if (std::sscanf(std::string(message.substr(flags.size())).c_str(), " %llu %llu", &nproc, &address) != 2)
+            return std::nullopt;
+        p.nproc_limit = nproc;
+        p.address_limit = address;
+    }
     size_t next = 0;
     p.output[0] = std::move(fds[next++]);
     p.output[1] = std::move(fds[next++]);
