@@ -99,8 +99,9 @@ struct Release {
     bool warm_python = false;  // argv is python3 -c CODE: the embryo's warm Python runs CODE
     std::vector<std::string> preload;  // a session's warm Python: the modules it imports first
     // The service wrote the line to the warm shell's script pipe (warm_shell_script) as it
-    // sent this: only a one-shot's line that needs nothing of the init first (no rlimit,
-    // cwd "/", the shell's own caps); without the warm shell, the init runs it itself.
+    // sent this: only a one-shot's line that needs nothing of the init first (the rlimits
+    // the shell started under, cwd "/", the shell's own caps); without the warm shell, the
+    // init runs it itself.
     bool line_given = false;
 
     std::string encode() const;

@@ -155,8 +155,7 @@ void Server::on_control(uint64_t embryo_id) {
         trace::mark("sandbox: command ended");
         take_end_report(run, m.substr(1));
         // A line the service gave its shell may have written before its init looked.
-        if (int64_t used = filesystem_bytes_used(e.stage.get()); used >= 0 && run.stage_used_at_release >= 0)
-            run.written_bytes = used - run.stage_used_at_release;
+        take_written_bytes(run, e);
         run.timer.reset();
         maybe_finish(run);
     }

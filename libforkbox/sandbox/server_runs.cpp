@@ -141,10 +141,11 @@ void Server::make_output_pipes(Embryo& e, bool line_end, bool script) {
         message += 'E';
         ends.push_back(end_write.get());
     }
-    // The shell starts under the rlimits a request with the default limits has (a daemon
-    // without cgroups), so that such a line, too, needs nothing of the init's.
-    Rlimits shell = rlimits_for(limits_, opt_.defaults.memory_mb, opt_.defaults.pids);
+    Rlimits shell;
     if (script_write) {
+        // The shell starts under the rlimits a request with the default limits has (a daemon
+        // without cgroups), so that such a line, too, needs nothing of the init's.
+        shell = rlimits_for(limits_, opt_.defaults.memory_mb, opt_.defaults.pids);
         message += 'S';
         ends.push_back(script_read.get());
         ends.push_back(script_write.get());
@@ -154,7 +155,7 @@ void Server::make_output_pipes(Embryo& e, bool line_end, bool script) {
     e.output_ready[0] = std::move(out_read);
     e.output_ready[1] = std::move(err_read);
     e.line_end_ready = std::move(end_read);
-    e.shell_rlimits = script_write ? shell : Rlimits{};
+    e.shell_rlimits = shell;
     e.script_ready = std::move(script_write);
 }
 
@@ -173,10 +174,10 @@ bool Server::pipe_for_sandbox(int ends[2]) const {
 
 // A shell line that needs nothing of the sandbox's init before it runs (no rlimits but those
 // its shell started with, no cwd to check, caps kept), written by us to the warm shell's
-// script pipe: whether it was. A script no longer than PIPE_BUF goes in whole into the pipe nothing wrote to
-// before, never blocking; a shell gone already (EPIPE) leaves the line to the init. The
-// pipe is the run's shell's once the run takes the shell's output pipes (`took_shell`),
-// given the line or not.
+// script pipe: whether it was. A script no longer than PIPE_BUF goes in whole into the pipe
+// nothing wrote to before, never blocking; a shell gone already (EPIPE) leaves the line to
+// the init. The pipe is the run's shell's once the run takes the shell's output pipes
+// (`took_shell`), given the line or not.
 bool Server::give_line(Run& r, Embryo& e, const Release& rel, bool took_shell) {
     unique_fd script = took_shell ? std::move(e.script_ready) : unique_fd();
     if (!script || rel.nproc_limit != e.shell_rlimits.nproc || rel.address_limit != e.shell_rlimits.address ||
@@ -186,11 +187,20 @@ bool Server::give_line(Run& r, Embryo& e, const Release& rel, bool took_shell) {
     if (!environment) return false;
     std::string text = warm_shell_script(rel.argv[2], *environment, rel.cwd, bool(r.line_end));
     if (text.size() > PIPE_BUF) return false;
-    // What the line writes is measured from here, not from its init's look after it began.
-    r.stage_used_at_release = filesystem_bytes_used(e.stage.get());
+    // What the line writes is measured from here (open_pipes did, with a line's end), not
+    // from its init's look after it began.
+    int64_t measured = r.stage_used_at_release;
+    if (measured < 0) r.stage_used_at_release = filesystem_bytes_used(e.stage.get());
     if (::write(script.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size())) return true;
-    r.stage_used_at_release = -1;
+    r.stage_used_at_release = measured;
     return false;
+}
+
+// What a run wrote to its sandbox's writable layer, from its stage, when the service took
+// the stage's usage at the release (a line's end, a line given): else the init's word stands.
+void Server::take_written_bytes(Run& r, const Embryo& e) {
+    if (int64_t used = filesystem_bytes_used(e.stage.get()); used >= 0 && r.stage_used_at_release >= 0)
+        r.written_bytes = used - r.stage_used_at_release;
 }
 
 // A line's end from its shell, before the shell's exit, leaves no rusage: only when the
@@ -395,8 +405,7 @@ void Server::on_line_end(Run& r) {
     auto it = embryos_.find(r.embryo);
     if (it == embryos_.end()) return;
     Embryo& e = *it->second;
-    if (int64_t used = filesystem_bytes_used(e.stage.get()); used >= 0 && r.stage_used_at_release >= 0)
-        r.written_bytes = used - r.stage_used_at_release;
+    take_written_bytes(r, e);
     take_output_left(r);
     maybe_finish(r);  // may drop the run
     if (!e.reaped) sys::pidfd_send_signal(e.pidfd.get(), SIGKILL);

@@ -299,6 +299,7 @@ private:
     void make_output_pipes(Embryo& e, bool line_end, bool script);
     bool give_line(Run& r, Embryo& e, const Release& rel, bool took_shell);  // to its warm shell, directly
     bool pipe_for_sandbox(int ends[2]) const;
+    void take_written_bytes(Run& r, const Embryo& e);
     bool can_end_lines_early(const Embryo& e) const;
     // 0: failed. `take_ready`: the embryo's "N" pipes, when it has them, are the run's output.
     size_t open_pipes(Run& r, Embryo& e, int* stdio, unique_fd* child_ends, bool take_ready);
