@@ -548,8 +548,9 @@ std::string Server::info_json() {
     w.end_object();
     w.key("live").value(static_cast<uint64_t>(runs_.size()));
     w.key("sessions").value(static_cast<uint64_t>(sessions_.size()));
-    // Sandboxes whose run is over, killed and not reaped yet (they still hold their fds).
-    uint64_t exiting = 0;
+    // Sandboxes whose run is over and not reaped yet (they still hold their fds): killed, or
+    // answered and killed when their client's turn ends.
+    uint64_t exiting = discards_due_.size();
     for (auto& [id, e] : embryos_) exiting += e->retired && !e->reaped;
     w.key("exiting").value(exiting);
     w.key("served").value(served_);
@@ -671,6 +672,7 @@ int Server::run() {
         int idle_wait = next_expiry >= 0 ? std::min(next_expiry, 10000) : 10000;
         if (int held_look = retire_unneeded_held(); held_look >= 0) idle_wait = std::min(idle_wait, held_look);
         if (int pool_look = retire_unasked_pools(); pool_look >= 0) idle_wait = std::min(idle_wait, pool_look);
+        if (int due = discard_due_embryos(); due >= 0) idle_wait = std::min(idle_wait, due);
         if (now < quiet_until)
             idle_wait = std::min(idle_wait, static_cast<int>(ms_between(now, quiet_until)) + 1);
         if (poll_awake() == 0) {  // a deadline is near, or its kill not seen done: awake, no builds

@@ -258,6 +258,20 @@ void Server::discard_embryo(uint64_t embryo_id) {
     embryos_.erase(it);
 }
 
+void Server::discard_after_clients_turn(uint64_t embryo_id) {
+    discards_due_.emplace_back(Clock::now() + kClientsTurn, embryo_id);
+}
+
+int Server::discard_due_embryos() {
+    auto now = Clock::now();
+    while (!discards_due_.empty() && discards_due_.front().first <= now) {
+        discard_embryo(discards_due_.front().second);  // gone already (its init exited): nothing
+        discards_due_.pop_front();
+    }
+    if (discards_due_.empty()) return -1;
+    return static_cast<int>(ms_between(now, discards_due_.front().first)) + 1;
+}
+
 void Server::on_embryo_exit(uint64_t embryo_id) {
     auto it = embryos_.find(embryo_id);
     if (it == embryos_.end()) return;
@@ -355,9 +369,10 @@ void Server::build_failed(uint64_t embryo_id, const std::string& why) {
     }
 }
 
-// Until when a command just released runs undisturbed by builds (kQuietAfterRelease).
+// Until when a command just released runs undisturbed by builds (kQuietAfterRelease), and a
+// client takes its reply (kClientsTurn).
 Clock::time_point Server::builds_wait_until() const {
-    Clock::time_point until{};
+    Clock::time_point until = clients_turn_until_;
     for (auto& [id, r] : runs_)
         if (r->purpose == Run::Purpose::Command && r->started && !r->exited)
             until = std::max(until, r->released + kQuietAfterRelease);

@@ -728,9 +728,15 @@ void Server::maybe_finish(Run& r) {
             for (auto& f : frames(s == 0 ? kStdoutData : kStderrData, r.capture[s]->tail())) send_frame(r, std::move(f));
         send_frame(r, format_result(o));
         trace::mark("sandbox: replied");
+        clients_turn_until_ = Clock::now() + kClientsTurn;
     }
-    // The reply first: removing v1 cgroups takes the kernel a while.
-    if (r.embryo) discard_embryo(r.embryo);
+    // The reply first: removing v1 cgroups takes the kernel a while. A timed-out sandbox is
+    // killed now (the deadline's point), one whose client is gone too (nobody waits).
+    if (r.embryo && !r.timed_out && !r.client_gone) {
+        discard_after_clients_turn(r.embryo);
+    } else if (r.embryo) {
+        discard_embryo(r.embryo);
+    }
     r.embryo = 0;
     if (r.outbox.empty() || r.client_gone) drop_run(r.id);
 }

@@ -75,6 +75,11 @@ inline constexpr int kBuildFailuresBeforePause = 3;
 // sandbox is refilled after it (or once it has run this long). A build costs ~3 ms of CPU,
 // which on a small machine would otherwise come out of the command's start and exit.
 inline constexpr auto kQuietAfterRelease = std::chrono::milliseconds(30);
+// A reply leaves the machine to its client this long: no build starts and the answered
+// sandbox is killed only after it. The kernel here is not preemptible (PREEMPT_NONE, as on
+// many distributions' servers): a build's clone or a sandbox's teardown holds a CPU for
+// hundreds of us, and a client woken by the reply waited for one.
+inline constexpr auto kClientsTurn = std::chrono::milliseconds(2);
 // Held embryos (HeldPool): kept this long after the kind's last session ended (a tree
 // search may close a parent before it forks a child), retried this long after a failure.
 inline constexpr auto kHeldLinger = std::chrono::seconds(2);
@@ -281,6 +286,8 @@ private:
     void on_embryo_exit(uint64_t embryo_id);
     void embryo_ready(Embryo& e);
     void discard_embryo(uint64_t embryo_id);
+    void discard_after_clients_turn(uint64_t embryo_id);
+    int discard_due_embryos();  // ms until the next is due, -1: none
     bool refill_one();
     bool refill_held_one();
     bool held_wants_refill(Clock::time_point now) const;
@@ -376,6 +383,8 @@ private:
     std::map<uint64_t, std::unique_ptr<ForkJob>> forks_;
     std::set<uint64_t> near_deadline_;  // runs whose timer fired kDeadlineLead early
     std::map<uint64_t, Clock::time_point> dying_;  // runs SIGKILLed at their deadline -> when to stop looking
+    Clock::time_point clients_turn_until_{};  // kClientsTurn after the last reply
+    std::deque<std::pair<Clock::time_point, uint64_t>> discards_due_;  // answered sandboxes, killed then
     uint64_t next_id_ = 1;
     uint64_t served_ = 0, failed_builds_ = 0, built_ = 0;
     double build_ms_total_ = 0, build_cpu_ms_total_ = 0;  // asked -> ready; the embryos' own CPU
