@@ -13,7 +13,7 @@ from typing import Iterator, Tuple
 
 import pytest
 
-from fbtest_helpers import CLIENT_TIMEOUT_S, DaemonProc, make_tmp
+from fbtest_helpers import CLIENT_TIMEOUT_S, DaemonProc, make_tmp, procs_with
 from forkbox import Forkbox, RunResult as Result
 
 
@@ -226,6 +226,19 @@ def test_the_watchdog_and_limits_hold_in_the_warm_shell(fb: Forkbox) -> None:
     assert not r.timed_out and "contained" in r.stdout and "Cannot fork" in r.stderr, r
     r = fb.run("echo after the bomb")
     assert r.ok and r.stdout == "after the bomb\n", r
+
+
+def test_what_a_line_leaves_running_dies_with_its_sandbox(fb: Forkbox) -> None:
+    # The run ends at its line's end, with a process it started still running; the daemon
+    # kills the sandbox a moment after the reply (its client's turn), and with it that
+    # process: none stays on the host, and the daemon counts nothing exiting then.
+    settle(fb)
+    r = fb.run("sleep 9876543 & echo started")
+    assert r.ok and r.stdout == "started\n", r
+    until = time.monotonic() + 10
+    while (procs_with("9876543") or fb.info()["exiting"]) and time.monotonic() < until:
+        time.sleep(0.01)
+    assert procs_with("9876543") == [] and fb.info()["exiting"] == 0, fb.info()
 
 
 SESSION_LINES = [
