@@ -598,6 +598,7 @@ void Server::dispatch(const epoll_event& ev) {
         case Watch::Timer: on_timer(r); break;
         case Watch::Client: on_client(r, ev.events); break;
         case Watch::LineEnd: on_line_end(r); break;
+        case Watch::Killed: on_killed(r); break;
         default: break;
     }
 }
@@ -675,7 +676,7 @@ int Server::run() {
         if (int due = discard_due_embryos(); due >= 0) idle_wait = std::min(idle_wait, due);
         if (now < quiet_until)
             idle_wait = std::min(idle_wait, static_cast<int>(ms_between(now, quiet_until)) + 1);
-        if (poll_awake() == 0) {  // a deadline is near, or its kill not seen done: awake, no builds
+        if (poll_awake() == 0) {  // a deadline is near: awake, no builds
             want_refill = false;
             idle_wait = 0;
         }

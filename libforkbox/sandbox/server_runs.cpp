@@ -541,10 +541,6 @@ void Server::on_timer(Run& r) {
     on_deadline(r);
 }
 
-// How long the service stays awake for a deadline's kill to be seen done: SIGKILL to a
-// process's exit takes ~0.15 ms here; a process that takes longer is left to its init's report.
-constexpr auto kWatchKilledFor = std::chrono::milliseconds(5);
-
 int Server::poll_awake() {
     auto now = Clock::now();
     for (auto it = near_deadline_.begin(); it != near_deadline_.end();) {
@@ -558,34 +554,25 @@ int Server::poll_awake() {
             ++it;
         }
     }
-    for (auto it = dying_.begin(); it != dying_.end();) {
-        auto run = runs_.find(it->first);
-        if (run == runs_.end() || run->second->exited || now >= it->second) {
-            if (run != runs_.end()) run->second->doomed.clear();
-            it = dying_.erase(it);
-            continue;
-        }
-        Run& r = *run->second;
-        std::vector<pollfd> killed;
-        for (const auto& fd : r.doomed) killed.push_back({fd.get(), POLLIN, 0});
-        int ready = ::poll(killed.data(), killed.size(), 0);
-        if (ready == static_cast<int>(killed.size())) {
-            r.killed_seen_dead = Clock::now();
-            r.doomed.clear();
-            it = dying_.erase(it);
-        } else {
-            ++it;
-        }
-    }
-    return near_deadline_.empty() && dying_.empty() ? -1 : 0;
+    return near_deadline_.empty() ? -1 : 0;
 }
 
-// A one-shot's processes SIGKILLed at its deadline, by their pidfds (r.doomed): the loop
-// looks at them without sleeping until they are dead (a sleeping service wakes 0.1-0.25 ms
-// late here, and the init's report of the reaping comes after its own wake-up).
+// A one-shot's processes SIGKILLed at its deadline, by their pidfds (r.doomed), watched in
+// the epoll set: the service sleeps while they exit. Looking at them awake (it did) made the
+// exit itself slower on a PVM guest, more than the service's wake-up costs: a process's exit
+// there is page-table work through the hypervisor, which a vCPU in a poll loop slows.
 void Server::watch_the_killed(Run& r) {
-    if (r.doomed.empty()) return;
-    dying_[r.id] = Clock::now() + kWatchKilledFor;
+    for (const auto& fd : r.doomed) watch(fd.get(), EPOLLIN, Watch::Killed, r.id);
+}
+
+void Server::on_killed(Run& r) {
+    std::erase_if(r.doomed, [this](const unique_fd& fd) {
+        pollfd p{fd.get(), POLLIN, 0};
+        if (::poll(&p, 1, 0) != 1) return false;
+        unwatch(fd.get());
+        return true;
+    });
+    if (r.doomed.empty()) r.killed_seen_dead = Clock::now();
 }
 
 void Server::on_deadline(Run& r) {

@@ -45,7 +45,7 @@ inline double ms_between(Clock::time_point a, Clock::time_point b) {
 }
 
 // What an epoll event is about: the kind of fd and whose it is.
-enum class Watch : uint8_t { Signals, Handoff, Listener, Builder, NewConn, Control, Pidfd, Stdout, Stderr, Stdin, Timer, Client, LineEnd };
+enum class Watch : uint8_t { Signals, Handoff, Listener, Builder, NewConn, Control, Pidfd, Stdout, Stderr, Stdin, Timer, Client, LineEnd, Killed };
 
 inline uint64_t token(Watch w, uint64_t id) { return (static_cast<uint64_t>(w) << 56) | id; }
 
@@ -116,9 +116,9 @@ struct Run {
     unique_fd timer;
     Clock::time_point released{}, ended{};
     Clock::time_point deadline{};  // released + timeout_ms, when there is one
-    std::vector<unique_fd> doomed;  // a one-shot's init's children, opened as the deadline nears
-    // When every process the deadline's SIGKILL went to was seen dead (their pidfds readable),
-    // by a service awake for it (poll_awake): a timed-out run ends there, not a wake-up later.
+    std::vector<unique_fd> doomed;  // a one-shot's init's children, opened as the deadline nears; the living
+    // When every process the deadline's SIGKILL went to was seen dead (their pidfds readable,
+    // Watch::Killed): a timed-out run ends there, not at the init's report of their reaping.
     std::optional<Clock::time_point> killed_seen_dead;
     bool started = false, exited = false, timed_out = false, client_gone = false, replied = false;
     int status = 0;
@@ -320,7 +320,8 @@ private:
     void on_client(Run& r, uint32_t events);
     void on_timer(Run& r);
     void on_deadline(Run& r);
-    int poll_awake();  // the epoll timeout while a deadline is near or its kill not seen done: 0, else -1
+    void on_killed(Run& r);
+    int poll_awake();  // the epoll timeout while a deadline is near: 0, else -1
     void watch_the_killed(Run& r);
     void send_frame(Run& r, std::string frame);
     void flush_outbox(Run& r);
@@ -382,7 +383,6 @@ private:
     std::deque<std::string> ended_order_;
     std::map<uint64_t, std::unique_ptr<ForkJob>> forks_;
     std::set<uint64_t> near_deadline_;  // runs whose timer fired kDeadlineLead early
-    std::map<uint64_t, Clock::time_point> dying_;  // runs SIGKILLed at their deadline -> when to stop looking
     Clock::time_point clients_turn_until_{};  // kClientsTurn after the last reply
     std::deque<std::pair<Clock::time_point, uint64_t>> discards_due_;  // answered sandboxes, killed then
     uint64_t next_id_ = 1;
