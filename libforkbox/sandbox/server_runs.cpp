@@ -407,8 +407,7 @@ void Server::on_line_end(Run& r) {
     Embryo& e = *it->second;
     take_written_bytes(r, e);
     take_output_left(r);
-    maybe_finish(r);  // may drop the run
-    if (!e.reaped) sys::pidfd_send_signal(e.pidfd.get(), SIGKILL);
+    maybe_finish(r);  // may drop the run; the sandbox is killed after its client's turn
 }
 
 void Server::send_frame(Run& r, std::string frame) {
