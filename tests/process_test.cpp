@@ -16,6 +16,7 @@
 #include "libforkbox/process/pidfd.hpp"
 #include "libforkbox/process/process.hpp"
 #include "libforkbox/process/rootless.hpp"
+#include "libforkbox/process/usage.hpp"
 
 using namespace forkbox;
 using namespace forkbox::oci;
@@ -251,4 +252,53 @@ TEST(OuterId, MapsThroughTheLineThatHoldsTheId) {
     EXPECT_FALSE(outer_id(map, 65537));
     EXPECT_EQ(outer_id("0 0 4294967295\n", 1234), 1234u);
     EXPECT_FALSE(outer_id("", 0));
+}
+
+namespace {
+
+// The child's side of LiveProcessUsage: told by a byte on `in`, says on `out` when done.
+[[noreturn]] void usage_subject(int in, int out) {
+    char c;
+    std::vector<char> touched(8 << 20, 1);  // its peak: 8 MiB, every page written
+    volatile uint64_t spin = 0;
+    for (int i = 0; i < 2000000; ++i) spin = spin + static_cast<uint64_t>(i);
+    if (::write(out, "r", 1) != 1 || ::read(in, &c, 1) != 1) ::_exit(1);
+    pid_t grandchild = ::fork();
+    if (grandchild == 0) ::_exit(0);
+    ::waitpid(grandchild, nullptr, 0);
+    if (::write(out, "c", 1) != 1 || ::read(in, &c, 1) != 1) ::_exit(1);
+    ::_exit(touched[4096] == 1 ? 0 : 2);
+}
+
+}  // namespace
+
+TEST(LiveProcessUsage, ItsOwnWhileItHasReapedNoChild) {
+    int to_child[2], from_child[2];
+    ASSERT_EQ(::pipe(to_child), 0);
+    ASSERT_EQ(::pipe(from_child), 0);
+    pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) usage_subject(to_child[0], from_child[1]);
+    unique_fd go(to_child[1]), said(from_child[0]);
+    ::close(to_child[0]);
+    ::close(from_child[1]);
+    auto live = open_live_process(unique_fd(sys::pidfd_open(child)));
+    ASSERT_TRUE(live);
+    EXPECT_EQ(live->pid, child);
+    char c = 0;
+    ASSERT_EQ(::read(said.get(), &c, 1), 1);
+    auto usage = usage_so_far(*live);
+    ASSERT_TRUE(usage);
+    EXPECT_GT(usage->cpu_ns, 0u);
+    EXPECT_GE(usage->peak_rss_bytes, uint64_t{8} << 20);
+    // A reaped child's usage would be wait4's: none from here on.
+    ASSERT_EQ(::write(go.get(), "g", 1), 1);
+    ASSERT_EQ(::read(said.get(), &c, 1), 1);
+    EXPECT_FALSE(usage_so_far(*live));
+    ASSERT_EQ(::write(go.get(), "g", 1), 1);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT_FALSE(usage_so_far(*live));  // reaped: its pid may be another's
+    EXPECT_EQ(pidfd_pid(live->pidfd.get()), -1);
 }

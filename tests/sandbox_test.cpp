@@ -329,10 +329,11 @@ TEST(SandboxWarmShell, MakesAnEnvironmentAShellCanMake) {
 }
 
 TEST(SandboxWarmShell, ScriptsALine) {
-    // The line, then its status to fd 4 (hidden from the line) once it is done.
+    // The line, then its status to fd 4 (hidden from the line) once it is done, and a wait
+    // there for the service's word.
     EXPECT_EQ(warm_shell_script("echo 'hi'", "", "/", true),
-              "exec 3<&-; eval 'echo '\\''hi'\\''' 4>&-; { set -- \"$?\"; unset -f printf; trap; "
-              "printf 'S%s\\n' \"$1\"; return \"$1\"; } >&4 2>&4\n");
+              "exec 3<&-; eval 'echo '\\''hi'\\''' 4>&-; { set -- \"$?\"; unset -f printf read; trap; "
+              "printf 'S%s\\n' \"$1\"; read -r _ <&4; return \"$1\"; } >&4 2>&4\n");
     EXPECT_EQ(warm_shell_script("true", "", "/", false), "exec 3<&-; eval 'true'; return\n");
     // Another cwd or environment first (after the environment's `unset PWD`, the PWD again).
     EXPECT_EQ(warm_shell_script("pwd", "", "/tmp", false), "exec 3<&-; cd -P -- '/tmp' || exit; unset OLDPWD; eval 'pwd'; return\n");

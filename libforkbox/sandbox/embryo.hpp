@@ -21,15 +21,18 @@
 //           "R" + fd its stage (ready: a copy of its writable layer's tmpfs mount) or "F<message>"
 //           (failed; it then exits); a warm Python's embryo starts python3 (pid 2) first
 //           and says "R <its CPU time so far, ns>"
-//   daemon: "N" ["E"] ["S" [" <nproc limit> <address limit>"]] + fds stdout, stderr [E: a
-//           pipe's write end] [S: the script pipe's read and write ends]: made while it
+//   daemon: "N" ["E" ["U"]] ["S" [" <nproc limit> <address limit>"]] + fds stdout, stderr
+//           [E: a socket's end] [S: the script pipe's read and write ends]: made while it
 //           waits in a pool (off the request's path); the embryo then starts its warm shell
-//           (takes_warm_shell) with them, and the "E" pipe as its fd 4: the shell says its
-//           line's status there before its exit ("S<status>\n", warm_shell.cpp), and the
-//           daemon then ends the run and kills the sandbox without waiting for "W". With "S"
-//           (the daemon keeps a write end) the shell reads its script from that pipe, under
-//           the rlimits given (the default limits' where they are rlimits), and the daemon
-//           may write the line there.
+//           (takes_warm_shell) with them, and the "E" socket as its fd 4: the shell says its
+//           line's status there before its exit ("S<status>\n", warm_shell.cpp) and waits
+//           there, and the daemon then ends the run and kills the sandbox without waiting for
+//           "W" (or shuts its end, and the shell goes on to its exit). With "S" (the daemon
+//           keeps a write end) the shell reads its script from that pipe, under the rlimits
+//           given (the default limits' where they are rlimits), and the daemon may write the
+//           line there.
+//   embryo: "S" + fd a pidfd of its warm shell, after "U" (no cgroup counts a run's usage:
+//           the daemon reads the shell's at its line's end, process/usage.hpp)
 //   daemon: "G" + Release::encode() + fds stdin, stdout, stderr     run the command
 //           (after "N": fd stdin alone), in the warm shell when it takes the command;
 //           Release::line_given: the daemon wrote it to the shell's script pipe already

@@ -71,7 +71,7 @@ struct Command {
     bool own_group = false;     // a session's run leads a process group of its own
     bool batch = false;         // starts SCHED_BATCH: a warm shell, made while others run
     int script_fd = -1;         // a warm shell's script pipe, its fd 3 (above 2 already)
-    int line_end_fd = -1;       // a sandbox's warm shell's pipe to the service, its fd 4
+    int line_end_fd = -1;       // a sandbox's warm shell's socket to the service, its fd 4
     sigset_t mask{};
 };
 Command prepare(const Release& r);
@@ -93,7 +93,7 @@ Result<void> drop_every_capability();
 struct WarmShell {
     pid_t pid = -1;
     unique_fd script;     // the write end of its fd 3
-    bool says_line_end = false;  // writes its line's status to its fd 4 (a pipe to the service)
+    bool says_line_end = false;  // writes its line's status to its fd 4 (a socket to the service)
     unique_fd output[2];  // a session's: our copies of its stdout and stderr, for a run it
                           // does not take (or that finds it dead) in its place
 };
@@ -104,22 +104,24 @@ enum class WarmShellRole {
     session,  // a session's: leads a process group of its own, as the session's runs do
 };
 // Started when the embryo gets its output pipes ("N"), with stdin /dev/null; a session's
-// has the session's address-space limit, as its runs. With `line_end` (a pipe's write end,
+// has the session's address-space limit, as its runs. With `line_end` (a socket's end,
 // the service's "N" gave it), the shell writes its line's status there once the line is
 // done, before its exit (warm_shell.cpp). With `script` (a pipe's read and write ends from
 // "N", the service keeping a write end too) it reads its script there, else from a pipe of
 // our own.
 void start_warm_shell(WarmShellRole role, int out, int err, uint64_t address_limit, int line_end,
                       unique_fd script[2] = nullptr, uint64_t nproc_limit = 0);
-// The pipes of an "N" ("N" ["E"] ["S"] [" <nproc limit> <address limit>"] + fds stdout,
-// stderr [, the line's end] [, the script's read and write ends]), or none when the message
-// is not one. The limits are the rlimits a sandbox's shell starts with: the daemon's
-// default ones, which a line given by the service runs under.
+// The pipes of an "N" ("N" ["E"] ["S"] ["U"] [" <nproc limit> <address limit>"] + fds
+// stdout, stderr [, the line's end] [, the script's read and write ends]), or none when the
+// message is not one. The limits are the rlimits a sandbox's shell starts with: the daemon's
+// default ones, which a line given by the service runs under. "U": the service reads the
+// shell's usage itself at its line's end (no cgroup counts it), so wants its pidfd ("S").
 struct WarmShellPipes {
     unique_fd output[2];
     unique_fd line_end;
     unique_fd script[2];
     uint64_t nproc_limit = 0, address_limit = 0;
+    bool wants_shell = false;
 };
 std::optional<WarmShellPipes> warm_shell_pipes(std::string_view message, std::vector<unique_fd>& fds);
 // Killed, and reaped by the caller's wait for its command, or now (`reap`).

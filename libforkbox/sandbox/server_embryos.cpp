@@ -131,6 +131,10 @@ void Server::on_control(uint64_t embryo_id) {
         if (m.size() > 2) e.python_cpu_ms = static_cast<double>(std::strtoull(std::string(m.substr(2)).c_str(), nullptr, 10)) / 1e6;
         if (fds.size() == 1) e.stage = std::move(fds[0]);
         embryo_ready(e);
+    } else if (m == "S" && fds.size() == 1) {
+        // Its warm shell's pidfd, asked for with "U" (make_output_pipes): opened here, while it
+        // waits in its pool or runs its line, so its line's end reads it with a few preads.
+        e.shell = open_live_process(std::move(fds[0]));
     } else if (m.front() == 'F') {
         e.failure = std::string(m.substr(1));
     } else if (m.front() == 'X' && e.state == Embryo::State::Running) {

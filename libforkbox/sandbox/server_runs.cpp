@@ -116,20 +116,22 @@ Result<void> Server::apply_limits(Embryo& e, const oci::Resources& limits) {
 // path: their sendmsg with fds was most of the release's cost (~50 us of ~120 between an
 // agent's calls). Without them (a failure here) the release carries all three.
 //
-// `line_end`: also the pipe its warm shell says a line's end on. `script`: and the pipe the
+// `line_end`: also the socket its warm shell says a line's end on. `script`: and the pipe the
 // warm shell reads its script from, a write end of it kept: a line that needs nothing of
 // the sandbox's init first is written there with the release (give_line), and the shell
 // runs it while the init wakes (~0.1-0.3 ms here).
 void Server::make_output_pipes(Embryo& e, bool line_end, bool script) {
-    int out_pipe[2], err_pipe[2], end_pipe[2], script_pipe[2];
+    int out_pipe[2], err_pipe[2], end_pair[2], script_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) < 0) return;
     unique_fd out_read(out_pipe[0]), out_write(out_pipe[1]);
     if (::pipe2(err_pipe, O_CLOEXEC) < 0) return;
     unique_fd err_read(err_pipe[0]), err_write(err_pipe[1]);
     unique_fd end_read, end_write, script_read, script_write;
-    if (line_end && ::pipe2(end_pipe, O_CLOEXEC | O_NONBLOCK) == 0) {
-        end_read.reset(end_pipe[0]);
-        end_write.reset(end_pipe[1]);
+    // A socket, not a pipe: the shell waits on it for our word after its line's end.
+    if (line_end && ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, end_pair) == 0) {
+        end_read.reset(end_pair[0]);
+        end_write.reset(end_pair[1]);
+        if (::fcntl(end_read.get(), F_SETFL, O_NONBLOCK) < 0) end_read.reset(), end_write.reset();
     }
     if (script && pipe_for_sandbox(script_pipe)) {
         script_read.reset(script_pipe[0]);
@@ -139,6 +141,7 @@ void Server::make_output_pipes(Embryo& e, bool line_end, bool script) {
     std::vector<int> ends = {out_write.get(), err_write.get()};
     if (end_write) {
         message += 'E';
+        if (!counts_usage_in_cgroups(e)) message += 'U';
         ends.push_back(end_write.get());
     }
     Rlimits shell;
@@ -203,11 +206,16 @@ void Server::take_written_bytes(Run& r, const Embryo& e) {
         r.written_bytes = used - r.stage_used_at_release;
 }
 
-// A line's end from its shell, before the shell's exit, leaves no rusage: only when the
-// sandbox's CPU time and peak memory are read from its cgroup, and the growth of its
-// writable layer from its stage. A warm Python's embryo starts no shell.
+// A line's end from its shell, before the shell's exit, leaves no rusage: the sandbox's CPU
+// time and peak memory are read from its cgroup, or else from the shell while it exits
+// (on_line_end), and the growth of its writable layer from its stage. A warm Python's
+// embryo starts no shell.
 bool Server::can_end_lines_early(const Embryo& e) const {
-    return opt_.warm_shell && !e.kind.python && e.cpu_usage && e.memory_peak && e.stage;
+    return opt_.warm_shell && !e.kind.python && e.stage;
+}
+
+bool Server::counts_usage_in_cgroups(const Embryo& e) const {
+    return e.cpu_usage && e.memory_peak;
 }
 
 // The run's pipes: ours in `r`, the command's ends in `child_ends` and `stdio`: stdin (its
@@ -374,13 +382,15 @@ std::optional<int> line_status(std::string_view said) {
 }  // namespace
 
 // The warm shell's word that its line is done, before its exit (warm_shell.cpp): the run ends
-// here, with what its pipes hold, and the sandbox is killed (what the line left running dies
-// with its init, as it would at the init's own exit). Not when anything came before the
-// status (a trap is set), when the deadline came first, or when the shell exited or exec'd
-// within its line (it closed fd 4 unsaid): the init's report ends those. Whatever comes, the
-// pipe is read, so the shell never blocks on it. Under a root daemon the line cannot reach
-// the pipe (its owner is unmapped in the sandbox: /proc refuses to open it again); under a
-// user's, what it could say there ends its own run, as `exit N` would.
+// here, with what its pipes hold. The shell then waits on its fd 4 for our word: kept
+// waiting, it dies with its sandbox after the client's turn (what the line left running dies
+// with its init, as it would at the init's own exit), its exit's teardown off the reply's
+// path; told to go on (our end shut), it exits and its init's report ends the run. That is
+// when anything came before the status (a trap is set), and, where no cgroup counts the
+// run's usage, when the shell's own usage is not the run's (usage.hpp). Not when the deadline
+// came first, or when the shell exited or exec'd within its line (it closed fd 4 unsaid): the
+// init's report ends those. Whatever comes, the socket is read, so the shell never blocks on
+// it. The line cannot reach it (eval 4>&-; a socket is not opened again through /proc).
 void Server::on_line_end(Run& r) {
     char buf[256];
     ssize_t n = ::read(r.line_end.get(), buf, sizeof buf);
@@ -389,22 +399,36 @@ void Server::on_line_end(Run& r) {
         r.line_end.reset();  // closing it takes it out of the epoll set
         return;
     }
-    if (r.exited || r.timed_out || r.line_said_more) return;
+    if (r.exited || r.timed_out || r.ends_at_reaping) return;
     r.line_said.append(buf, static_cast<size_t>(n));
     if (r.line_said.back() != '\n' && r.line_said.size() < 5) return;
     auto status = line_status(r.line_said);
-    if (!status) {
-        r.line_said_more = true;
+    auto it = embryos_.find(r.embryo);
+    std::optional<UsageSoFar> usage;
+    if (status && it != embryos_.end() && !counts_usage_in_cgroups(*it->second)) {
+        usage = it->second->shell ? usage_so_far(*it->second->shell) : std::nullopt;
+        if (!usage) status.reset();
+    }
+    if (!status || it == embryos_.end()) {
+        r.ends_at_reaping = true;
+        ::shutdown(r.line_end.get(), SHUT_WR);
         return;
+    }
+    Embryo& e = *it->second;
+    if (usage) {
+        r.usage = rusage{};
+        r.usage.ru_utime.tv_sec = static_cast<time_t>(usage->cpu_ns / 1000000000);
+        r.usage.ru_utime.tv_usec = static_cast<suseconds_t>(usage->cpu_ns % 1000000000 / 1000);
+        r.usage.ru_maxrss = static_cast<long>(usage->peak_rss_bytes / 1024);
+        r.usage_is_command = true;
     }
     trace::mark("sandbox: line ended");
     r.exited = true;
     r.status = *status << 8;  // a wait status: exited with it
     r.ended = Clock::now();
     r.timer.reset();
-    auto it = embryos_.find(r.embryo);
-    if (it == embryos_.end()) return;
-    Embryo& e = *it->second;
+    unwatch(r.line_end.get());
+    e.waiting_shell = std::move(r.line_end);
     take_written_bytes(r, e);
     take_output_left(r);
     maybe_finish(r);  // may drop the run; the sandbox is killed after its client's turn

@@ -29,6 +29,7 @@
 #include "libforkbox/base/syscalls.hpp"
 #include "libforkbox/base/unix_socket.hpp"
 #include "libforkbox/cgroup/cgroups.hpp"
+#include "libforkbox/process/usage.hpp"
 #include "libforkbox/sandbox/embryo.hpp"
 #include "libforkbox/sandbox/limits.hpp"
 #include "libforkbox/sandbox/profile.hpp"
@@ -125,12 +126,12 @@ struct Run {
     rusage usage{};
     std::optional<std::string> exec_error;
     bool usage_is_command = false;  // `usage` is the command's own (the embryo's "W")
-    // A warm shell's line: the read end of the shell's fd 4, where it says its line's status
-    // before its exit (warm_shell.cpp), what it said so far, and whether anything but the
-    // status came (a trap's listing: the run then ends at the shell's reaping).
+    // A warm shell's line: our end of the shell's fd 4, where it says its line's status
+    // before its exit (warm_shell.cpp), what it said so far, and whether the run ends at the
+    // shell's reaping all the same (a trap's listing came too; its usage is not the run's).
     unique_fd line_end;
     std::string line_said;
-    bool line_said_more = false;
+    bool ends_at_reaping = false;
     int64_t stage_used_at_release = -1;  // bytes on the sandbox's writable layer
     std::optional<double> cpu_ms_at_release;  // the sandbox cgroup's CPU time then
     std::optional<int64_t> written_bytes;  // the growth of the sandbox's writable layer
@@ -165,9 +166,13 @@ struct Embryo {
     // A pooled embryo's stdout and stderr pipes, made while it waits ("N" gave it the write
     // ends): their read ends. The release then carries stdin's fd alone.
     unique_fd output_ready[2];
-    unique_fd line_end_ready;  // and, for a shell line's end before its exit, that pipe's read end
+    unique_fd line_end_ready;  // and, for a shell line's end before its exit, our end of that socket
     unique_fd script_ready;    // and a write end of the pipe its warm shell reads its line from
     Rlimits shell_rlimits;     // what that shell was started under (the default limits')
+    // That shell, when no cgroup counts a run's usage ("S"): its line's end reads the run's
+    // CPU time and peak memory from it (usage.hpp) instead of waiting for its exit's wait4.
+    std::optional<LiveProcess> shell;
+    unique_fd waiting_shell;  // our end of that shell's fd 4 after its run ended there: it waits on
     // Its writable layer's tmpfs ("R"): what a run wrote, without its init's word; a session
     // takes it for its forks.
     unique_fd stage;
@@ -302,12 +307,13 @@ private:
     void release(Run& r, Embryo& e);
     Result<void> limit_sandbox(Embryo& e, uint64_t memory_mb, uint64_t pids, double cpus, Release& release);
     Result<void> apply_limits(Embryo& e, const oci::Resources& want);
-    // `line_end`: and the pipe a pooled one's warm shell says its line's end on.
+    // `line_end`: and the socket a pooled one's warm shell says its line's end on.
     void make_output_pipes(Embryo& e, bool line_end, bool script);
     bool give_line(Run& r, Embryo& e, const Release& rel, bool took_shell);  // to its warm shell, directly
     bool pipe_for_sandbox(int ends[2]) const;
     void take_written_bytes(Run& r, const Embryo& e);
     bool can_end_lines_early(const Embryo& e) const;
+    bool counts_usage_in_cgroups(const Embryo& e) const;  // a run's CPU time and peak memory
     // 0: failed. `take_ready`: the embryo's "N" pipes, when it has them, are the run's output.
     size_t open_pipes(Run& r, Embryo& e, int* stdio, unique_fd* child_ends, bool take_ready);
     void arm_deadline(Run& r);

@@ -30,8 +30,9 @@ namespace forkbox::sandbox {
 // A process's exit tears its address space down before it closes its files (0.3-0.6 ms of
 // a dash's exit on a PVM guest), and its output pipes' end, its reaping and its init's
 // report come after that, each a wake-up later. So a sandbox's shell, once its line is done,
-// writes the line's status to its fd 4, a pipe to the service (hidden from the line), and
-// the service ends the run with it while the shell still exits (server.cpp, on_line_end).
+// writes the line's status to its fd 4, a socket to the service (hidden from the line), and
+// waits there: the service ends the run with it, and the shell dies with its sandbox after
+// the reply, or it tells the shell to go on to its exit (server_runs.cpp, on_line_end).
 namespace embryo {
 
 namespace {
@@ -132,6 +133,7 @@ std::optional<WarmShellPipes> warm_shell_pipes(std::string_view message, std::ve
     bool line_end = flags.find('E') != std::string_view::npos, script = flags.find('S') != std::string_view::npos;
     if (fds.size() != 2u + (line_end ? 1u : 0u) + (script ? 2u : 0u)) return std::nullopt;
     WarmShellPipes p;
+    p.wants_shell = line_end && flags.find('U') != std::string_view::npos;
     if (flags.size() < message.size()) {
         unsigned long long nproc = 0, address = 0;
         if (std::sscanf(std::string(message.substr(flags.size())).c_str(), " %llu %llu", &nproc, &address) != 2)
@@ -229,13 +231,15 @@ std::string warm_shell_script(std::string_view line, const std::string& environm
     if (cwd != "/" || !environment.empty())
         script += "cd -P -- " + embryo::single_quoted(cwd) + " || exit; unset OLDPWD; ";
     if (says_line_end) {
-        // Only special built-ins, which no function of the line's can shadow, and printf once
-        // none does. The status is kept where the line cannot make it read-only ($1) and is
-        // the dot script's, so the shell's exit status too. What else goes to fd 4 (a trap's
-        // listing, an -x trace) comes before the status line: the service then waits for the
-        // shell's exit (an EXIT trap runs, and may write, at the exit itself).
-        script += "eval " + embryo::single_quoted(line) + " 4>&-; { set -- \"$?\"; unset -f printf; trap; "
-                  "printf 'S%s\\n' \"$1\"; return \"$1\"; } >&4 2>&4\n";
+        // Only special built-ins, which no function of the line's can shadow, and printf and
+        // read once none does. The status is kept where the line cannot make it read-only
+        // ($1) and is the dot script's, so the shell's exit status too. What else goes to fd
+        // 4 (a trap's listing, an -x trace) comes before the status line: the service then
+        // waits for the shell's exit (an EXIT trap runs, and may write, at the exit itself).
+        // After the status the shell waits on fd 4 (a socket) for the service's word: its
+        // exit, if it comes, is after the reply (server_runs.cpp, on_line_end).
+        script += "eval " + embryo::single_quoted(line) + " 4>&-; { set -- \"$?\"; unset -f printf read; trap; "
+                  "printf 'S%s\\n' \"$1\"; read -r _ <&4; return \"$1\"; } >&4 2>&4\n";
     } else {
         // Its end without waiting for the pipe's (the service's end is closed at once, the
         // init's when the init has woken): parsed with the eval, so no alias the line makes

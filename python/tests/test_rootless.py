@@ -499,3 +499,49 @@ def test_rootless_warm_shell_keeps_the_limits(user):
     assert warm.stdout.splitlines()[-1].startswith("/bin/sh -c . /"), warm
     assert warm.stdout.splitlines()[:-1] == cold.stdout.splitlines()[:-1], (warm, cold)
     assert "process              41" in warm.stdout and "vmemory(kbytes)      307200" in warm.stdout, warm
+
+
+def test_rootless_line_usage_with_and_without_children(user):
+    # Without cgroups (a user's daemon on a host that delegates none), a line of built-ins
+    # ends at its shell's word and its usage is read from the shell while it waits (the CPU
+    # clock, VmHWM); a line whose shell reaped a child ends at the shell's reaping, its
+    # usage wait4's. Both report the command's figures, and what the line left running dies.
+    info = user.python("emit(Forkbox().info())")[-1]
+    if info.get("limits", {}).get("memory") == "cgroup":
+        pytest.skip("this user's daemon counts usage in cgroups")
+    usage_code = ("import time; b = bytearray(64 << 20); t = time.process_time()\\n"
+                  "while time.process_time() - t < 0.05: pass")
+    out = user.python(f"""
+        fb = Forkbox()
+        emit(dump(fb.run("i=0; while [ $i -lt 3000 ]; do i=$((i+1)); done; echo $i")))
+        emit(dump(fb.run("python3 -c '{usage_code}'; echo done")))
+        emit(dump(fb.run("sleep 9876543 & echo started")))
+    """)
+    builtins, child, background = (RunResult.from_reply(d["raw"], base64.b64decode(d["stdout"]),
+                                                        base64.b64decode(d["stderr"])) for d in out)
+    assert builtins.ok and builtins.stdout == "3000\n", builtins
+    assert builtins.cpu_ms is not None and builtins.cpu_ms > 0, builtins
+    assert builtins.peak_memory_bytes is not None and builtins.peak_memory_bytes > 0, builtins
+    assert child.ok and child.stdout == "done\n", child
+    assert child.cpu_ms is not None and child.cpu_ms >= 50, child
+    assert child.peak_memory_bytes is not None and child.peak_memory_bytes >= 64 << 20, child
+    assert background.ok and background.stdout == "started\n", background
+    until = time.monotonic() + 10
+    while time.monotonic() < until and procs_with("9876543"):
+        time.sleep(0.05)
+    assert not procs_with("9876543"), "the line's background job outlived its sandbox"
+
+
+def test_rootless_a_line_cannot_say_its_end_for_its_shell(user):
+    # Under a user's daemon the sandbox's root owns the warm shell's fds, but its fd 4 is a
+    # socket, which /proc does not open again: the line's forged status reaches nothing.
+    forge = ("n=$(ls -l /proc/$$/fd | awk '/socket:/ && $9 > 2 {print $9}'); "
+             "test -n \"$n\" || echo no fd to forge on >&2; "
+             "for n in $n; do printf 'S7\\n' > /proc/$$/fd/$n; done; ")
+    r = user.result(f"""
+        fb = Forkbox()
+        time.sleep(0.3)  # a pooled sandbox, whose warm shell takes the line
+        emit(dump(fb.run({("echo before; " + forge + "echo after; exit 3")!r})))
+    """)
+    assert (r.exit_code, r.stdout) == (3, "before\nafter\n"), r
+    assert "No such device or address" in r.stderr and "no fd to forge on" not in r.stderr, r
