@@ -11,7 +11,6 @@
 #include <charconv>
 #include <cstring>
 
-#include "libforkbox/base/syscalls.hpp"
 #include "libforkbox/base/trace.hpp"
 #include "libforkbox/base/unix_socket.hpp"
 #include "libforkbox/sandbox/embryo_parts.hpp"
@@ -204,12 +203,7 @@ void embryo_main(const EmbryoSetup& s) {
         if (s.warm_shell && (!s.kind || !s.kind->python))
             start_warm_shell(WarmShellRole::sandbox, output[0].get(), output[1].get(), pipes->address_limit,
                              pipes->line_end.get(), pipes->script, pipes->nproc_limit);
-        if (pipes->wants_shell && warm_shell.pid > 0) {
-            // Not to be awaited: without it, a run ends at the shell's exit as before.
-            unique_fd shell(sys::pidfd_open(warm_shell.pid));
-            int fd = shell.get();
-            if (shell) (void)send_with_fds(control, "S", std::span<const int>(&fd, 1), "sandbox control");
-        }
+        if (pipes->wants_shell) say_warm_shell(control);
         n = receive_message(control, buf, fds, "sandbox control");
     }
     if (!n || *n < 1) ::_exit(1);

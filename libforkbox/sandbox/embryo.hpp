@@ -42,8 +42,10 @@
 // A session instead:
 //   daemon: "L<nproc limit> <address limit> <drop caps 0|1>"
 //   embryo: "l" (made; the daemon keeps the stage it had with "R", for forks)
-//   daemon: "N" + fds stdout, stderr                 the next warm shell's: sent when the
-//                                                    session is made and when a run took it
+//   daemon: "NEU" + fds stdout, stderr, a socket's end  the next warm shell's (its fd 4 as
+//                                                    a one-shot's): sent when the session is
+//                                                    made and after a run took it
+//   embryo: "S" + fd a pidfd of that shell
 //   daemon: "G<id>\n" + Release::encode() + 3 fds    a run (warm_python: by a warm Python
 //                                                    of the session's, one per preload);
 //           or + fd stdin alone: a line for the warm shell (with the "N" pipes)

@@ -124,6 +124,9 @@ struct WarmShellPipes {
     bool wants_shell = false;
 };
 std::optional<WarmShellPipes> warm_shell_pipes(std::string_view message, std::vector<unique_fd>& fds);
+// "S" + a pidfd of the warm shell just started, to the service ("U": it reads the shell's
+// usage at its line's end). Not awaited: without it, a run ends at the shell's exit.
+void say_warm_shell(int control);
 // Killed, and reaped by the caller's wait for its command, or now (`reap`).
 void drop_warm_shell(bool reap);
 // For a release the warm shell runs exactly as `/bin/sh -c LINE` would (with every

@@ -212,7 +212,8 @@ bool python_is_going(pid_t pid) {
             warm_shell.output[0] = std::move(pipes->output[0]);
             warm_shell.output[1] = std::move(pipes->output[1]);
             start_warm_shell(WarmShellRole::session, warm_shell.output[0].get(), warm_shell.output[1].get(),
-                             limits.address_limit, -1);
+                             limits.address_limit, pipes->line_end ? pipes->line_end.get() : -1);
+            if (pipes->wants_shell) say_warm_shell(control);
             continue;
         }
         // A line for the warm shell comes with stdin alone: its output is the "N" pipes'.

@@ -674,6 +674,7 @@ int Server::run() {
         if (int held_look = retire_unneeded_held(); held_look >= 0) idle_wait = std::min(idle_wait, held_look);
         if (int pool_look = retire_unasked_pools(); pool_look >= 0) idle_wait = std::min(idle_wait, pool_look);
         if (int due = discard_due_embryos(); due >= 0) idle_wait = std::min(idle_wait, due);
+        if (int due = end_due_session_turns(); due >= 0) idle_wait = std::min(idle_wait, due);
         if (now < quiet_until)
             idle_wait = std::min(idle_wait, static_cast<int>(ms_between(now, quiet_until)) + 1);
         if (poll_awake() == 0) {  // a deadline is near: awake, no builds

@@ -122,6 +122,20 @@ void Server::on_control(uint64_t embryo_id) {
         return;
     }
     std::string_view m(*received);
+    if (m == "S" && fds.size() == 1) {
+        // Its warm shell's pidfd, asked for with "U" (make_output_pipes): opened here, while it
+        // waits in its pool or runs its line, so its line's end reads it with a few preads. A
+        // session's shells come one after another, each made after the last one's run ended:
+        // this is the run's that took it, if one did already (its init says it before any
+        // report of that run's end).
+        auto shell = open_live_process(std::move(fds[0]));
+        if (e.state != Embryo::State::Session || e.output_ready[0]) {
+            e.shell = std::move(shell);
+        } else if (auto r = runs_.find(e.shell_run); r != runs_.end() && !r->second->exited && !r->second->shell) {
+            r->second->shell = std::move(shell);
+        }
+        return;
+    }
     if (e.state == Embryo::State::Session) {
         on_session_message(e, m);
     } else if (e.state == Embryo::State::Building && m == "C") {
@@ -131,10 +145,6 @@ void Server::on_control(uint64_t embryo_id) {
         if (m.size() > 2) e.python_cpu_ms = static_cast<double>(std::strtoull(std::string(m.substr(2)).c_str(), nullptr, 10)) / 1e6;
         if (fds.size() == 1) e.stage = std::move(fds[0]);
         embryo_ready(e);
-    } else if (m == "S" && fds.size() == 1) {
-        // Its warm shell's pidfd, asked for with "U" (make_output_pipes): opened here, while it
-        // waits in its pool or runs its line, so its line's end reads it with a few preads.
-        e.shell = open_live_process(std::move(fds[0]));
     } else if (m.front() == 'F') {
         e.failure = std::string(m.substr(1));
     } else if (m.front() == 'X' && e.state == Embryo::State::Running) {

@@ -120,7 +120,7 @@ Result<void> Server::apply_limits(Embryo& e, const oci::Resources& limits) {
 // warm shell reads its script from, a write end of it kept: a line that needs nothing of
 // the sandbox's init first is written there with the release (give_line), and the shell
 // runs it while the init wakes (~0.1-0.3 ms here).
-void Server::make_output_pipes(Embryo& e, bool line_end, bool script) {
+void Server::make_output_pipes(Embryo& e, bool line_end, bool script, bool shell_usage) {
     int out_pipe[2], err_pipe[2], end_pair[2], script_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) < 0) return;
     unique_fd out_read(out_pipe[0]), out_write(out_pipe[1]);
@@ -141,7 +141,7 @@ void Server::make_output_pipes(Embryo& e, bool line_end, bool script) {
     std::vector<int> ends = {out_write.get(), err_write.get()};
     if (end_write) {
         message += 'E';
-        if (!counts_usage_in_cgroups(e)) message += 'U';
+        if (shell_usage || !counts_usage_in_cgroups(e)) message += 'U';
         ends.push_back(end_write.get());
     }
     Rlimits shell;
@@ -202,8 +202,14 @@ bool Server::give_line(Run& r, Embryo& e, const Release& rel, bool took_shell) {
 // What a run wrote to its sandbox's writable layer, from its stage, when the service took
 // the stage's usage at the release (a line's end, a line given): else the init's word stands.
 void Server::take_written_bytes(Run& r, const Embryo& e) {
-    if (int64_t used = filesystem_bytes_used(e.stage.get()); used >= 0 && r.stage_used_at_release >= 0)
+    if (int64_t used = filesystem_bytes_used(stage_of(r, e)); used >= 0 && r.stage_used_at_release >= 0)
         r.written_bytes = used - r.stage_used_at_release;
+}
+
+int Server::stage_of(const Run& r, const Embryo& e) const {
+    if (r.session.empty()) return e.stage.get();
+    auto s = sessions_.find(r.session);
+    return s != sessions_.end() ? s->second->stage.get() : -1;
 }
 
 // A line's end from its shell, before the shell's exit, leaves no rusage: the sandbox's CPU
@@ -233,7 +239,14 @@ size_t Server::open_pipes(Run& r, Embryo& e, int* stdio, unique_fd* child_ends, 
         r.out[1] = std::move(e.output_ready[1]);
         if (e.line_end_ready) {  // said on only if the warm shell takes the command
             r.line_end = std::move(e.line_end_ready);
-            r.stage_used_at_release = filesystem_bytes_used(e.stage.get());
+            r.stage_used_at_release = filesystem_bytes_used(stage_of(r, e));
+            // A session's shells come one after another: this run's is the one "S" named
+            // before the run took its pipes (later ones are the next shell's).
+            if (!r.session.empty()) {
+                r.shell = std::move(e.shell);
+                e.shell.reset();
+                e.shell_run = r.id;
+            }
         }
         return 1;
     }
@@ -405,8 +418,10 @@ void Server::on_line_end(Run& r) {
     auto status = line_status(r.line_said);
     auto it = embryos_.find(r.embryo);
     std::optional<UsageSoFar> usage;
-    if (status && it != embryos_.end() && !counts_usage_in_cgroups(*it->second)) {
-        usage = it->second->shell ? usage_so_far(*it->second->shell) : std::nullopt;
+    // A session's run has its own usage (wait4's, collect_usage), never its cgroup's.
+    if (status && it != embryos_.end() && (!r.session.empty() || !counts_usage_in_cgroups(*it->second))) {
+        const auto& shell = r.session.empty() ? it->second->shell : r.shell;
+        usage = shell ? usage_so_far(*shell) : std::nullopt;
         if (!usage) status.reset();
     }
     if (!status || it == embryos_.end()) {
@@ -428,9 +443,20 @@ void Server::on_line_end(Run& r) {
     r.ended = Clock::now();
     r.timer.reset();
     unwatch(r.line_end.get());
-    e.waiting_shell = std::move(r.line_end);
     take_written_bytes(r, e);
     take_output_left(r);
+    if (!r.session.empty()) {
+        // A session lives on: after its client's turn its shell goes on to its exit (its
+        // init's late report of it is for a run that has ended) and the next one starts.
+        if (r.in) {
+            unwatch(r.in.get());
+            r.in.reset();
+        }
+        session_turns_.push_back({Clock::now() + kClientsTurn, r.session, std::move(r.line_end)});
+        maybe_finish(r);  // may drop the run
+        return;
+    }
+    e.waiting_shell = std::move(r.line_end);
     maybe_finish(r);  // may drop the run; the sandbox is killed after its client's turn
 }
 

@@ -132,6 +132,7 @@ struct Run {
     unique_fd line_end;
     std::string line_said;
     bool ends_at_reaping = false;
+    std::optional<LiveProcess> shell;  // a session's run: the warm shell that took its line ("S")
     int64_t stage_used_at_release = -1;  // bytes on the sandbox's writable layer
     std::optional<double> cpu_ms_at_release;  // the sandbox cgroup's CPU time then
     std::optional<int64_t> written_bytes;  // the growth of the sandbox's writable layer
@@ -173,6 +174,7 @@ struct Embryo {
     // CPU time and peak memory from it (usage.hpp) instead of waiting for its exit's wait4.
     std::optional<LiveProcess> shell;
     unique_fd waiting_shell;  // our end of that shell's fd 4 after its run ended there: it waits on
+    uint64_t shell_run = 0;   // a session's: the run that took its warm shell last
     // Its writable layer's tmpfs ("R"): what a run wrote, without its init's word; a session
     // takes it for its forks.
     unique_fd stage;
@@ -293,6 +295,8 @@ private:
     void discard_embryo(uint64_t embryo_id);
     void discard_after_clients_turn(uint64_t embryo_id);
     int discard_due_embryos();  // ms until the next is due, -1: none
+    int end_due_session_turns();  // the same
+    void end_session_turn(const std::string& session);  // now (its next run is here)
     bool refill_one();
     bool refill_held_one();
     bool held_wants_refill(Clock::time_point now) const;
@@ -308,10 +312,11 @@ private:
     Result<void> limit_sandbox(Embryo& e, uint64_t memory_mb, uint64_t pids, double cpus, Release& release);
     Result<void> apply_limits(Embryo& e, const oci::Resources& want);
     // `line_end`: and the socket a pooled one's warm shell says its line's end on.
-    void make_output_pipes(Embryo& e, bool line_end, bool script);
+    void make_output_pipes(Embryo& e, bool line_end, bool script, bool shell_usage = false);
     bool give_line(Run& r, Embryo& e, const Release& rel, bool took_shell);  // to its warm shell, directly
     bool pipe_for_sandbox(int ends[2]) const;
     void take_written_bytes(Run& r, const Embryo& e);
+    int stage_of(const Run& r, const Embryo& e) const;  // its writable layer's tmpfs (a session's too)
     bool can_end_lines_early(const Embryo& e) const;
     bool counts_usage_in_cgroups(const Embryo& e) const;  // a run's CPU time and peak memory
     // 0: failed. `take_ready`: the embryo's "N" pipes, when it has them, are the run's output.
@@ -391,6 +396,14 @@ private:
     std::set<uint64_t> near_deadline_;  // runs whose timer fired kDeadlineLead early
     Clock::time_point clients_turn_until_{};  // kClientsTurn after the last reply
     std::deque<std::pair<Clock::time_point, uint64_t>> discards_due_;  // answered sandboxes, killed then
+    // A session whose line ended at its shell's word: after its client's turn, that shell
+    // goes on to its exit (our end of its fd 4 shut) and the session's next warm shell starts.
+    struct SessionTurn {
+        Clock::time_point due;
+        std::string session;
+        unique_fd shell;
+    };
+    std::deque<SessionTurn> session_turns_;
     uint64_t next_id_ = 1;
     uint64_t served_ = 0, failed_builds_ = 0, built_ = 0;
     double build_ms_total_ = 0, build_cpu_ms_total_ = 0;  // asked -> ready; the embryos' own CPU

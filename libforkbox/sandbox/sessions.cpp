@@ -179,8 +179,13 @@ void Server::release_session(Run& r, Embryo& e) {
     e.output_ready[0].reset();  // a pooled embryo's: each run of the session makes its own
     e.output_ready[1].reset();
     e.script_ready.reset();  // its warm shell goes: the session starts its own
+    e.line_end_ready.reset();
+    e.shell.reset();
     Release limits;
     // Its warm shell, idle beside its runs (a dash: a few hundred KiB), is not one of them.
+    // The last run's shell may still be exiting, until its init reaps it, when the next run
+    // starts (its line ended before its exit, on_line_end): that run then has one fewer, never
+    // one more.
     uint64_t pids = r.make.pids ? r.make.pids + 1 : 0;
     if (auto limited = limit_sandbox(e, r.make.memory_mb, pids, r.make.cpus, limits); !limited) {
         fail_run(r, ErrorKind::SandboxError, "sandbox limits: " + limited.error().what());
@@ -269,11 +274,36 @@ void Server::on_session_message(Embryo& e, std::string_view m) {
     if (auto s = session_by_embryo_.find(e.id); s != session_by_embryo_.end()) start_warm_shell(s->second);
 }
 
+int Server::end_due_session_turns() {
+    auto now = Clock::now();
+    while (!session_turns_.empty() && session_turns_.front().due <= now) {
+        SessionTurn turn = std::move(session_turns_.front());
+        session_turns_.pop_front();
+        ::shutdown(turn.shell.get(), SHUT_WR);
+        start_warm_shell(turn.session);
+    }
+    if (session_turns_.empty()) return -1;
+    return static_cast<int>(ms_between(now, session_turns_.front().due)) + 1;
+}
+
+void Server::end_session_turn(const std::string& session) {
+    for (auto it = session_turns_.begin(); it != session_turns_.end(); ++it) {
+        if (it->session != session) continue;
+        ::shutdown(it->shell.get(), SHUT_WR);
+        session_turns_.erase(it);
+        start_warm_shell(session);
+        return;
+    }
+}
+
 void Server::start_warm_shell(const std::string& session_id) {
     auto s = sessions_.find(session_id);
     if (!opt_.warm_shell || s == sessions_.end()) return;
     auto e = embryos_.find(s->second->embryo);
-    if (e != embryos_.end() && e->second->control && !e->second->output_ready[0]) make_output_pipes(*e->second, false, false);
+    // Its line's end said before its exit, and its usage read from it then, as a one-shot's
+    // (server_runs.cpp, on_line_end).
+    if (e != embryos_.end() && e->second->control && !e->second->output_ready[0])
+        make_output_pipes(*e->second, true, false, true);
 }
 
 void Server::start_in_session(Run& r, Session& s) {
@@ -290,6 +320,7 @@ void Server::start_in_session(Run& r, Session& s) {
         return;
     }
     Embryo& e = *it->second;
+    end_session_turn(s.id);  // its next warm shell, for this run
     r.embryo = e.id;
     s.runs.insert(r.id);
     s.last_active = Clock::now();

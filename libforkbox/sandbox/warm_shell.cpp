@@ -14,7 +14,9 @@
 #include <cstring>
 #include <set>
 
+#include "libforkbox/base/syscalls.hpp"
 #include "libforkbox/base/trace.hpp"
+#include "libforkbox/base/unix_socket.hpp"
 
 namespace forkbox::sandbox {
 
@@ -151,6 +153,13 @@ std::optional<WarmShellPipes> warm_shell_pipes(std::string_view message, std::ve
     }
     fds.clear();
     return p;
+}
+
+void say_warm_shell(int control) {
+    if (warm_shell.pid <= 0) return;
+    unique_fd shell(sys::pidfd_open(warm_shell.pid));
+    int fd = shell.get();
+    if (shell) (void)send_with_fds(control, "S", std::span<const int>(&fd, 1), "sandbox control");
 }
 
 void drop_warm_shell(bool reap) {

@@ -546,6 +546,23 @@ def test_a_run_leaving_a_background_process_returns_promptly(sb):
     assert wait_for(lambda: not procs_with(f"1000.{n}")), procs_with(f"1000.{n}")
 
 
+def test_lines_end_before_their_shells_exit_and_leave_no_shell_behind(sb):
+    # A session's line ends at its shell's word, with the usage read from the shell then;
+    # the shell goes on to its exit after the reply. Twenty lines later the session holds
+    # its init, the line's shell and what the line runs, and maybe the last line's shell
+    # still exiting: none of the others.
+    for i in range(20):
+        r = sb.run(f"echo {i}")
+        assert r.ok and r.stdout == f"{i}\n", r
+        assert r.cpu_ms is not None and r.peak_memory_bytes, r
+    r = sb.run("ls /proc | grep -c '^[0-9]'")
+    assert r.ok and int(r.stdout) <= 6, r
+    r = sb.run("exit 7")  # a line that exits: it ends at its shell's reaping, as before
+    assert r.exit_code == 7, r
+    r = sb.run("echo x > /tmp/w; echo done")  # what it wrote, read from the session's stage
+    assert r.ok and r.stdout == "done\n" and r.written_bytes == os.sysconf("SC_PAGE_SIZE"), r  # one page of its tmpfs
+
+
 def test_stdin_bytes_in_a_session(sb):
     data = bytes(range(256)) * 4096
     r = sb.run(argv=["/bin/cat"], stdin=data)
