@@ -395,12 +395,13 @@ std::optional<int> line_status(std::string_view said) {
 }  // namespace
 
 // The warm shell's word that its line is done, before its exit (warm_shell.cpp): the run ends
-// here, with what its pipes hold. The shell then waits on its fd 4 for our word: kept
-// waiting, it dies with its sandbox after the client's turn (what the line left running dies
-// with its init, as it would at the init's own exit), its exit's teardown off the reply's
-// path; told to go on (our end shut), it exits and its init's report ends the run. That is
-// when anything came before the status (a trap is set), and, where no cgroup counts the
-// run's usage, when the shell's own usage is not the run's (usage.hpp). Not when the deadline
+// here, with what its pipes hold. The shell then waits on its fd 4 for our word, its exit's
+// teardown off the reply's path: a one-shot's dies with its sandbox after the client's turn
+// (what the line left running dies with its init, as it would at the init's own exit), a
+// session's goes on to its exit then. Told to go on at once (our end shut), it exits and its
+// init's report ends the run. That is when anything came before the status (a trap is
+// set), and, where no cgroup counts the run's usage (a session's run, a daemon without
+// cgroups), when the shell's own usage is not the run's (usage.hpp). Not when the deadline
 // came first, or when the shell exited or exec'd within its line (it closed fd 4 unsaid): the
 // init's report ends those. Whatever comes, the socket is read, so the shell never blocks on
 // it. The line cannot reach it (eval 4>&-; a socket is not opened again through /proc).
