@@ -23,22 +23,43 @@ std::optional<ProcStat> read_proc_stat(pid_t pid) {
     ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
     if (n <= 0) return std::nullopt;
     buf[n] = 0;
+    return parse_proc_stat(buf);
+}
+
+std::optional<ProcStat> parse_proc_stat(const char* text) {
     // comm may contain spaces and parentheses: fields start after the last ')'.
-    char* p = std::strrchr(buf, ')');
+    const char* p = std::strrchr(text, ')');
     if (!p || p[1] != ' ') return std::nullopt;
     p += 2;
     ProcStat st;
     st.state = *p;
-    // Field 3 is state, 4 the parent, 9 the flags; start time is field 22.
+    // Field 3 is state, 4 the parent, 9 the flags, 11 and 13 the reaped children's minor
+    // and major faults; start time is field 22.
     for (int field = 3; field < 22; ++field) {
         p = std::strchr(p, ' ');
         if (!p) return std::nullopt;
         ++p;
         if (field == 3) st.parent = static_cast<pid_t>(std::strtol(p, nullptr, 10));
         if (field == 8) st.flags = static_cast<unsigned>(std::strtoul(p, nullptr, 10));
+        if (field == 10 || field == 12) st.children_faults += std::strtoull(p, nullptr, 10);
     }
     st.start_time = std::strtoull(p, nullptr, 10);
     return st;
+}
+
+pid_t pidfd_pid(int pidfd) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/fdinfo/%d", pidfd);
+    unique_fd info(::open(path, O_RDONLY | O_CLOEXEC));
+    if (!info) return -1;
+    char buf[512];
+    ssize_t n = ::read(info.get(), buf, sizeof buf - 1);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    const char* line = std::strstr(buf, "\nPid:");
+    if (!line) return -1;
+    long pid = std::strtol(line + 5, nullptr, 10);
+    return pid > 0 ? static_cast<pid_t>(pid) : -1;
 }
 
 std::vector<unique_fd> open_children(pid_t parent) {

@@ -18,6 +18,7 @@ struct ProcStat {
     char state = '?';         // R S D Z T ...
     pid_t parent = 0;
     unsigned flags = 0;       // the kernel's PF_* flags (field 9)
+    uint64_t children_faults = 0;  // its reaped children's minor + major faults (11, 13)
     uint64_t start_time = 0;  // clock ticks after boot
 
     // In do_exit: its namespaces are gone (setns says ESRCH) while it is not yet a zombie,
@@ -27,6 +28,11 @@ struct ProcStat {
 
 // Reads /proc/<pid>/stat; nullopt when the process does not exist.
 std::optional<ProcStat> read_proc_stat(pid_t pid);
+// The same from that file's text.
+std::optional<ProcStat> parse_proc_stat(const char* text);
+
+// The pid behind a pidfd in our pid namespace (its fdinfo), -1 when it has none (reaped).
+pid_t pidfd_pid(int pidfd);
 
 // pidfds of parent's children (a thread-group leader's, from /proc/PID/task/PID/children),
 // each checked to be the parent's child after it was opened; none when /proc cannot say.

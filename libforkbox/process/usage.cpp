@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string_view>
 
 #include "libforkbox/base/syscalls.hpp"
+#include "libforkbox/process/pidfd.hpp"
 
 namespace forkbox {
 
@@ -30,19 +30,6 @@ ssize_t pread_text(int fd, char* buf, size_t size) {
 
 }  // namespace
 
-pid_t pidfd_pid(int pidfd) {
-    char path[64];
-    std::snprintf(path, sizeof path, "/proc/self/fdinfo/%d", pidfd);
-    unique_fd info(::open(path, O_RDONLY | O_CLOEXEC));
-    if (!info) return -1;
-    char buf[512];
-    if (pread_text(info.get(), buf, sizeof buf) <= 0) return -1;
-    const char* line = std::strstr(buf, "\nPid:");
-    if (!line) return -1;
-    long pid = std::strtol(line + 5, nullptr, 10);
-    return pid > 0 ? static_cast<pid_t>(pid) : -1;
-}
-
 std::optional<LiveProcess> open_live_process(unique_fd pidfd) {
     LiveProcess p;
     p.pid = pidfd_pid(pidfd.get());
@@ -61,20 +48,9 @@ std::optional<LiveProcess> open_live_process(unique_fd pidfd) {
 std::optional<UsageSoFar> usage_so_far(const LiveProcess& p) {
     char buf[2048];
     if (pread_text(p.stat.get(), buf, sizeof buf) <= 0) return std::nullopt;
-    // comm may hold spaces and parentheses: the fields start after the last ')'. Field 3 is
-    // the state; 11 and 13 the reaped children's minor and major faults, which any child
-    // that ran makes.
-    char* f = std::strrchr(buf, ')');
-    if (!f) return std::nullopt;
-    ++f;
-    unsigned long long children_faults = 0;
-    for (int field = 3; field <= 13; ++field) {
-        f = std::strchr(f, ' ');
-        if (!f) return std::nullopt;
-        ++f;
-        if (field == 11 || field == 13) children_faults += std::strtoull(f, nullptr, 10);
-    }
-    if (children_faults != 0) return std::nullopt;
+    // A reaped child's faults are counted there: any child that ran made some.
+    auto stat = parse_proc_stat(buf);
+    if (!stat || stat->children_faults != 0) return std::nullopt;
     if (pread_text(p.status.get(), buf, sizeof buf) <= 0) return std::nullopt;
     const char* hwm = std::strstr(buf, "\nVmHWM:");  // none once its exit dropped its memory
     if (!hwm) return std::nullopt;

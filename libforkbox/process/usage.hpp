@@ -33,7 +33,4 @@ struct UsageSoFar {
 // another's).
 std::optional<UsageSoFar> usage_so_far(const LiveProcess& p);
 
-// The pid behind a pidfd in our pid namespace (its fdinfo), -1 when it has none (reaped).
-pid_t pidfd_pid(int pidfd);
-
 }  // namespace forkbox

@@ -449,10 +449,6 @@ void Server::on_line_end(Run& r) {
     if (!r.session.empty()) {
         // A session lives on: after its client's turn its shell goes on to its exit (its
         // init's late report of it is for a run that has ended) and the next one starts.
-        if (r.in) {
-            unwatch(r.in.get());
-            r.in.reset();
-        }
         session_turns_.push_back({Clock::now() + kClientsTurn, r.session, std::move(r.line_end)});
         maybe_finish(r);  // may drop the run
         return;

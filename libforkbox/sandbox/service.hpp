@@ -404,6 +404,7 @@ private:
         unique_fd shell;
     };
     std::deque<SessionTurn> session_turns_;
+    void end_session_turn(std::deque<SessionTurn>::iterator turn);
     uint64_t next_id_ = 1;
     uint64_t served_ = 0, failed_builds_ = 0, built_ = 0;
     double build_ms_total_ = 0, build_cpu_ms_total_ = 0;  // asked -> ready; the embryos' own CPU

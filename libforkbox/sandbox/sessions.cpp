@@ -276,24 +276,23 @@ void Server::on_session_message(Embryo& e, std::string_view m) {
 
 int Server::end_due_session_turns() {
     auto now = Clock::now();
-    while (!session_turns_.empty() && session_turns_.front().due <= now) {
-        SessionTurn turn = std::move(session_turns_.front());
-        session_turns_.pop_front();
-        ::shutdown(turn.shell.get(), SHUT_WR);
-        start_warm_shell(turn.session);
-    }
+    while (!session_turns_.empty() && session_turns_.front().due <= now) end_session_turn(session_turns_.begin());
     if (session_turns_.empty()) return -1;
     return static_cast<int>(ms_between(now, session_turns_.front().due)) + 1;
 }
 
 void Server::end_session_turn(const std::string& session) {
-    for (auto it = session_turns_.begin(); it != session_turns_.end(); ++it) {
-        if (it->session != session) continue;
-        ::shutdown(it->shell.get(), SHUT_WR);
-        session_turns_.erase(it);
-        start_warm_shell(session);
-        return;
-    }
+    auto it = std::find_if(session_turns_.begin(), session_turns_.end(),
+                           [&](const SessionTurn& t) { return t.session == session; });
+    if (it != session_turns_.end()) end_session_turn(it);
+}
+
+// The last line's shell goes on to its exit (our end of its fd 4 shut), the next one starts.
+void Server::end_session_turn(std::deque<SessionTurn>::iterator turn) {
+    ::shutdown(turn->shell.get(), SHUT_WR);
+    std::string session = std::move(turn->session);
+    session_turns_.erase(turn);
+    start_warm_shell(session);
 }
 
 void Server::start_warm_shell(const std::string& session_id) {
