@@ -228,3 +228,29 @@ write_orphan_script() {
 	assert_success
 	assert_output "got USR1"
 }
+
+@test "a cold run's init starts on create's memory and ends where a forked init does" {
+	skip_if_runc "FORKBOX_TRACE is forkbox's"
+	local trace=$BATS_TEST_TMPDIR/trace
+	FORKBOX_TRACE=$trace run_sh 'cat /proc/self/cgroup; hostname; readlink /proc/1/exe'
+	assert_success
+	local shared=$output
+	grep -q 'create: init shares memory$' "$trace" || fail "no 'create: init shares memory' in the trace: $(cat "$trace")"
+	[[ $shared == *"$CID"* ]] || fail "not in the container's cgroups: $shared"
+
+	rm -f "$trace"
+	FORKBOX_INIT_CLONE=fork FORKBOX_TRACE=$trace run_sh 'cat /proc/self/cgroup; hostname; readlink /proc/1/exe'
+	assert_success
+	assert_output "$shared"
+	! grep -q 'init shares memory' "$trace" || fail "FORKBOX_INIT_CLONE=fork shared memory"
+}
+
+@test "init with a hook to run keeps to fork" {
+	skip_if_runc "FORKBOX_TRACE is forkbox's"
+	update_config '.hooks.prestart = [{"path": "/bin/true"}]'
+	local trace=$BATS_TEST_TMPDIR/trace
+	FORKBOX_TRACE=$trace run_sh 'echo ran'
+	assert_success
+	assert_output ran
+	! grep -q 'init shares memory' "$trace" || fail "init shared memory though hooks were to run"
+}

@@ -162,13 +162,14 @@ Result<void> run_init(InitArgs& a, std::string& state_json) {
     // forkbox binary) before execve resets dumpability.
     ::prctl(PR_SET_DUMPABLE, 0);
     trace::mark("init: first");
+    // SIG_IGN survives execve: what the caller ignored (conmon ignores SIGPIPE) must not
+    // reach the container. And until our execve, `kill` of the container ends us, though we
+    // are pid 1 (waiting_init_signals.h). Before unblocking: born on create's memory, we
+    // must not run create's handlers.
+    reset_signal_dispositions(UntilExec::ExitOnTermination);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    // SIG_IGN survives execve: what the caller ignored (conmon ignores SIGPIPE) must not
-    // reach the container. And until our execve, `kill` of the container ends us, though we
-    // are pid 1 (waiting_init_signals.h).
-    reset_signal_dispositions(UntilExec::ExitOnTermination);
     trace::mark("init: signals reset");
 
     // Into the v1 cgroups before anything else can fork (v2: clone3 put us there).

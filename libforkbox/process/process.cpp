@@ -67,12 +67,14 @@ std::vector<std::string> with_home(const std::vector<std::string>& env, uint32_t
 
 Result<void> set_credentials(const oci::User& user) {
     std::vector<gid_t> groups(user.additional_gids.begin(), user.additional_gids.end());
-    if (::setgroups(groups.size(), groups.data()) < 0) {
+    // The raw calls: glibc's would change every thread's credentials, signalling threads a
+    // child on shared memory (vfork_helper.hpp) believes it has.
+    if (::syscall(SYS_setgroups, groups.size(), groups.data()) < 0) {
         // A user namespace whose setgroups is "deny" cannot change groups at all.
         if (errno != EPERM || !groups.empty()) return sys_error("setgroups");
     }
-    if (::setresgid(user.gid, user.gid, user.gid) < 0) return sys_error("setgid " + std::to_string(user.gid));
-    if (::setresuid(user.uid, user.uid, user.uid) < 0) return sys_error("setuid " + std::to_string(user.uid));
+    if (::syscall(SYS_setresgid, user.gid, user.gid, user.gid) < 0) return sys_error("setgid " + std::to_string(user.gid));
+    if (::syscall(SYS_setresuid, user.uid, user.uid, user.uid) < 0) return sys_error("setuid " + std::to_string(user.uid));
     return {};
 }
 
@@ -111,8 +113,8 @@ void give_stdio_to(uid_t uid, gid_t gid) {
 }
 
 Result<void> become_namespace_root() {
-    if (::setresgid(0, 0, 0) < 0) return sys_error("setgid 0 in user namespace");
-    if (::setresuid(0, 0, 0) < 0) return sys_error("setuid 0 in user namespace");
+    if (::syscall(SYS_setresgid, 0, 0, 0) < 0) return sys_error("setgid 0 in user namespace");
+    if (::syscall(SYS_setresuid, 0, 0, 0) < 0) return sys_error("setuid 0 in user namespace");
     return {};
 }
 

@@ -1,0 +1,123 @@
+#include "libforkbox/process/vfork_helper.hpp"
+
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <memory>
+#include <utility>
+
+namespace forkbox {
+namespace {
+
+// Init's deepest frames (rootfs set-up, seccomp) stay well under this; the pages it uses
+// first are written in one call, not faulted one by one.
+constexpr size_t kStackBytes = 2 << 20;
+constexpr size_t kStackPrefault = 128 << 10;
+constexpr size_t kGuard = 4096;
+constexpr size_t kHelperStack = 64 << 10;  // the helper only clones and waits
+
+enum Stage : int { kCloning = 0, kReleased = 1, kGone = 2, kFailed = 3 };
+
+struct Handoff {
+    std::atomic<int> stage{kCloning};  // the caller sleeps on it (futex)
+    pid_t pid = 0;                     // written by the kernel before the child runs
+    Result<void> error;                // kFailed: why
+    SharedMemoryChild child = nullptr;
+    void* child_arg = nullptr;
+    int flags = 0;
+    std::function<Result<void>()> in_helper;
+    void* stack_map = nullptr;
+    char* stack_top = nullptr;
+};
+
+void set_stage(Handoff* h, Stage s) {
+    int expected = kCloning;
+    if (h->stage.compare_exchange_strong(expected, s, std::memory_order_acq_rel))
+        ::syscall(SYS_futex, reinterpret_cast<int*>(&h->stage), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+int child_entry(void* p) {
+    auto* h = static_cast<Handoff*>(p);
+    h->child(h->child_arg, ReleaseCaller{h});
+    _exit(127);  // a child returns by exec or _exit only
+}
+
+void* helper_main(void* p) {
+    std::unique_ptr<std::shared_ptr<Handoff>> ref(static_cast<std::shared_ptr<Handoff>*>(p));
+    Handoff* h = ref->get();
+    sigset_t all;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, nullptr);
+    if (h->in_helper) {
+        if (auto r = h->in_helper(); !r) {
+            h->error = std::move(r);
+            set_stage(h, kFailed);
+            return nullptr;
+        }
+    }
+    pid_t r = ::clone(child_entry, h->stack_top, CLONE_VM | CLONE_VFORK | CLONE_PARENT_SETTID | h->flags | SIGCHLD, h,
+                      &h->pid);
+    if (r < 0) {
+        h->error = sys_error("clone");
+        set_stage(h, kFailed);
+        return nullptr;
+    }
+    // The child has exec'd or died: its stack is free, and a child that died before it
+    // released the caller does now.
+    ::munmap(h->stack_map, kStackBytes + kGuard);
+    h->stack_map = nullptr;
+    set_stage(h, kGone);
+    return nullptr;
+}
+
+}  // namespace
+
+void ReleaseCaller::operator()() const { set_stage(static_cast<Handoff*>(handoff), kReleased); }
+
+Result<pid_t> clone_child_on_shared_memory(SharedMemoryChild child, void* arg, int flags,
+                                           std::function<Result<void>()> in_helper) {
+    void* map = ::mmap(nullptr, kStackBytes + kGuard, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED) return sys_error("map a stack for the child");
+    ::mprotect(map, kGuard, PROT_NONE);
+    auto h = std::make_shared<Handoff>();
+    h->child = child;
+    h->child_arg = arg;
+    h->flags = flags;
+    h->in_helper = std::move(in_helper);
+    h->stack_map = map;
+    h->stack_top = static_cast<char*>(map) + kGuard + kStackBytes;
+    (void)::madvise(h->stack_top - kStackPrefault, kStackPrefault, MADV_POPULATE_WRITE);
+
+    pthread_attr_t attr;
+    ::pthread_attr_init(&attr);
+    ::pthread_attr_setstacksize(&attr, kHelperStack);
+    pthread_t helper;
+    auto* ref = new std::shared_ptr<Handoff>(h);
+    int err = ::pthread_create(&helper, &attr, helper_main, ref);
+    ::pthread_attr_destroy(&attr);
+    if (err != 0) {
+        delete ref;
+        ::munmap(map, kStackBytes + kGuard);
+        return fail(err, "start a thread to clone from");
+    }
+    int stage;
+    while ((stage = h->stage.load(std::memory_order_acquire)) == kCloning)
+        ::syscall(SYS_futex, reinterpret_cast<int*>(&h->stage), FUTEX_WAIT_PRIVATE, kCloning, nullptr, nullptr, 0);
+    if (stage == kFailed) {
+        ::pthread_join(helper, nullptr);
+        ::munmap(map, kStackBytes + kGuard);
+        return std::unexpected(h->error.error());
+    }
+    ::pthread_detach(helper);
+    return h->pid;
+}
+
+}  // namespace forkbox

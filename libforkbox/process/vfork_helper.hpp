@@ -1,0 +1,41 @@
+// A child cloned onto our own memory (CLONE_VM | CLONE_VFORK) by a helper thread.
+//
+// A forked child starts with no page-table entries for our code (fork copies none for a file
+// mapping) and a copy-on-write view of our heap and stack: on these VMs each first touch is a
+// fault (~12 us), ~45 of them in container init before its exec, and the exec then tears the
+// copied address space down. A child sharing our memory touches pages mapped already, and its
+// exec leaves our address space alone. CLONE_VFORK keeps the cloning thread (whose
+// thread-local state, malloc's cache included, the child runs with) asleep until the child has
+// exec'd or died; a helper thread takes that sleep, so the caller goes on.
+//
+// The caller waits until the child has taken its own copies of what it reads (and calls
+// `release`), or has died. From then on the child must not touch what the caller owns: the
+// caller may change or free it, and may exit before the child's exec. The child leaves by
+// execve or _exit. glibc's set*id() wrappers would signal our other threads: the child uses
+// the raw system calls (process.cpp does).
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+
+#include "libforkbox/base/error.hpp"
+
+namespace forkbox {
+
+// What the child calls once it needs nothing of the caller's any more.
+struct ReleaseCaller {
+    void* handoff = nullptr;
+    void operator()() const;
+};
+
+using SharedMemoryChild = void (*)(void* arg, ReleaseCaller release);
+
+// Starts child(arg, release) with the CLONE_NEW* `flags` and returns its pid once it has
+// released us (or died). `in_helper` runs first on the helper thread (setns of the namespaces
+// the child is to be born in: setns changes the calling thread only); its error is returned
+// and nothing is cloned. The child is born with every signal blocked.
+Result<pid_t> clone_child_on_shared_memory(SharedMemoryChild child, void* arg, int flags,
+                                           std::function<Result<void>()> in_helper);
+
+}  // namespace forkbox
