@@ -24,7 +24,8 @@ void on_sigcont(int) {}
 void stop_here() {
     stopped_in = ::getpid();
     if (stopped_in != 1) {
-        ::raise(SIGSTOP);
+        // Not raise(): a child on shared memory (vfork_helper.hpp) has another thread's id.
+        ::kill(stopped_in, SIGSTOP);
         return;
     }
     // A pid namespace's init: a handler makes SIGCONT from the host reach us.

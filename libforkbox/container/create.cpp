@@ -924,10 +924,11 @@ Result<void> ContainerCreation::clone_and_drive_init() {
 
 // Whether init runs on our memory until it has copied what it reads (vfork_helper.hpp):
 // a run 1.15x faster on the PVM guest (no fault for each page of our code and heap it
-// touches, an exec that tears no copied address space down). Not with a user namespace
-// (unshare refuses a process sharing memory, so does the intermediate's), nor where init
-// works with us through more than the sync socket or forks itself: hooks, a terminal, the
-// systemd driver, a zygote template. FORKBOX_INIT_CLONE=fork keeps to fork (tests, A/Bs).
+// touches, an exec that tears no copied address space down). Not with a new user or time
+// namespace (the kernel refuses either to a process sharing its memory; the intermediate
+// unshares a user namespace), nor where init works with us through more than the sync
+// socket or forks itself: hooks, a terminal, the systemd driver, a zygote template.
+// FORKBOX_INIT_CLONE=fork keeps to fork (tests, A/Bs).
 bool ContainerCreation::init_may_share_memory() const {
     if (const char* how = std::getenv("FORKBOX_INIT_CLONE"); how && std::string_view(how) == "fork") return false;
     const auto& h = plan_.hooks;
@@ -935,7 +936,7 @@ bool ContainerCreation::init_may_share_memory() const {
                  !h.start_container.empty();
     bool only_network_ahead = std::all_of(warm_.namespaces.begin(), warm_.namespaces.end(),
                                           [](const OpenNamespace& ns) { return ns.clone_flag == CLONE_NEWNET; });
-    return !args_.intermediate && !(plan_.new_namespaces & CLONE_NEWUSER) && plan_.joins.empty() &&
+    return !args_.intermediate && !(plan_.new_namespaces & (CLONE_NEWUSER | CLONE_NEWTIME)) && plan_.joins.empty() &&
            args_.bind_source_trees.empty() && !warm_.mount_namespace && only_network_ahead && !systemd_ &&
            !terminal_ && !hooks && !args_.in_user_namespace && !rootless_mode().any();
 }
