@@ -582,3 +582,24 @@ spares_of() {
 	assert_equal "$(stat_of served)" 1
 	assert_output "file 0644 0 0"
 }
+
+@test "zygote: a warm init starts on create's memory too, in the template's namespaces, as a forked one does" {
+	start_daemon --pool 2 --warm "$BUNDLE"
+	wait_ready 2
+	set_args /bin/sh -c 'cat /sys/class/net/lo/flags; hostname; grep -c . /proc/self/mountinfo; cat /proc/self/cgroup'
+	local trace=$BATS_TEST_TMPDIR/trace
+	FORKBOX_TRACE=$trace run zrun run --bundle "$BUNDLE" "$CID"
+	assert_success
+	assert_equal "$(stat_of served)" 1
+	local shared=$output
+	grep -q 'create: init shares memory$' "$trace" || fail "no 'create: init shares memory' in the trace: $(cat "$trace")"
+	(( (${lines[0]} & 0x9) == 0x9 )) || fail "lo flags ${lines[0]}"
+
+	wait_ready 2
+	rm -f "$trace"
+	FORKBOX_INIT_CLONE=fork FORKBOX_TRACE=$trace run zrun run --bundle "$BUNDLE" "$CID-2"
+	assert_success
+	assert_equal "$(stat_of served)" 2
+	assert_output "${shared//$CID/$CID-2}"
+	! grep -q 'init shares memory' "$trace" || fail "FORKBOX_INIT_CLONE=fork shared memory"
+}

@@ -356,9 +356,6 @@ struct WarmStart {
     }
 };
 
-// One `create`, phase by phase. Members are declared in the order the phases make them, so
-// a failure at any step unwinds the rest in reverse: init and the intermediate are killed,
-// then the cgroups removed, then the container directory, then the zygote reply drained.
 // Where init cloned onto our memory starts (clone_child_on_shared_memory).
 struct SharedInitStart {
     const InitArgs* args = nullptr;
@@ -389,6 +386,9 @@ void start_init_on_shared_memory(void* p, ReleaseCaller release) {
     container_init(own->args);
 }
 
+// One `create`, phase by phase. Members are declared in the order the phases make them, so
+// a failure at any step unwinds the rest in reverse: init and the intermediate are killed,
+// then the cgroups removed, then the container directory, then the zygote reply drained.
 class ContainerCreation : public CreationRemains {
 public:
     ContainerCreation(const StateStore& store, const CreateOptions& opt, unique_fd* pty_master)
@@ -927,18 +927,22 @@ Result<void> ContainerCreation::clone_and_drive_init() {
 // touches, an exec that tears no copied address space down). Not with a new user or time
 // namespace (the kernel refuses either to a process sharing its memory; the intermediate
 // unshares a user namespace), nor where init works with us through more than the sync
-// socket or forks itself: hooks, a terminal, the systemd driver, a zygote template.
+// socket or forks itself: hooks, a terminal, the systemd driver.
 // FORKBOX_INIT_CLONE=fork keeps to fork (tests, A/Bs).
 bool ContainerCreation::init_may_share_memory() const {
     if (const char* how = std::getenv("FORKBOX_INIT_CLONE"); how && std::string_view(how) == "fork") return false;
     const auto& h = plan_.hooks;
     bool hooks = !h.prestart.empty() || !h.create_runtime.empty() || !h.create_container.empty() ||
                  !h.start_container.empty();
-    bool only_network_ahead = std::all_of(warm_.namespaces.begin(), warm_.namespaces.end(),
-                                          [](const OpenNamespace& ns) { return ns.clone_flag == CLONE_NEWNET; });
+    // The helper thread enters these for the clone (a template's, the network namespace made
+    // ahead): setns of a mount or user namespace refuses a thread. Init joins a template's
+    // mount namespace itself.
+    bool helper_can_enter = std::all_of(warm_.namespaces.begin(), warm_.namespaces.end(), [](const OpenNamespace& ns) {
+        return (ns.clone_flag & ~(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID)) == 0;
+    });
     return !args_.intermediate && !(plan_.new_namespaces & (CLONE_NEWUSER | CLONE_NEWTIME)) && plan_.joins.empty() &&
-           args_.bind_source_trees.empty() && !warm_.mount_namespace && only_network_ahead && !systemd_ &&
-           !terminal_ && !hooks && !args_.in_user_namespace && !rootless_mode().any();
+           args_.bind_source_trees.empty() && helper_can_enter && !systemd_ && !terminal_ && !hooks &&
+           !args_.in_user_namespace && !rootless_mode().any();
 }
 
 // Clones init (or the intermediate) and sends it Go.
