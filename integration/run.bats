@@ -245,12 +245,20 @@ write_orphan_script() {
 	! grep -q 'init shares memory' "$trace" || fail "FORKBOX_INIT_CLONE=fork shared memory"
 }
 
-@test "init with a hook to run keeps to fork" {
+@test "init that runs a hook itself keeps to fork; hooks create runs leave it on create's memory" {
 	skip_if_runc "FORKBOX_TRACE is forkbox's"
-	update_config '.hooks.prestart = [{"path": "/bin/true"}]'
 	local trace=$BATS_TEST_TMPDIR/trace
+	update_config '.hooks.createContainer = [{"path": "/bin/true"}]'
 	FORKBOX_TRACE=$trace run_sh 'echo ran'
 	assert_success
 	assert_output ran
-	! grep -q 'init shares memory' "$trace" || fail "init shared memory though hooks were to run"
+	! grep -q 'init shares memory' "$trace" || fail "init shared memory though it forks a createContainer hook"
+
+	rm -f "$trace"
+	update_config 'del(.hooks.createContainer) | .hooks.prestart = [{"path": "/bin/sh", "args": ["sh", "-c", "cat > '"$BATS_TEST_TMPDIR"'/hook.state"]}]'
+	FORKBOX_TRACE=$trace run_sh 'echo ran'
+	assert_success
+	assert_output ran
+	grep -q 'create: init shares memory$' "$trace" || fail "no 'create: init shares memory' in the trace: $(cat "$trace")"
+	grep -q '"status":"created"' "$BATS_TEST_TMPDIR/hook.state" || fail "prestart hook state: $(cat "$BATS_TEST_TMPDIR/hook.state")"
 }

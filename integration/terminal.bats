@@ -128,3 +128,19 @@ run_in_tty() {
 	run runtime list -q
 	assert_output ""
 }
+
+@test "run -t: init starts on create's memory, and the pty is the same as with a forked init" {
+	skip_if_runc "FORKBOX_TRACE is forkbox's"
+	set_args /bin/sh -c 'read -r _ _ _ _ _ sid _ tty_nr _ < /proc/self/stat; echo "sid=$sid tty=$([ "$tty_nr" -gt 0 ] && echo yes)"; tty'
+	local trace=$BATS_TEST_TMPDIR/trace
+	run_in_tty "FORKBOX_TRACE=$trace $FORKBOX --root $ROOT run --bundle $BUNDLE $CID"
+	assert_success
+	assert_output --regexp 'sid=1 tty=yes'
+	assert_output --regexp '/dev/pts/[0-9]+'
+	grep -q 'create: init shares memory$' "$trace" || fail "no 'create: init shares memory' in the trace: $(cat "$trace")"
+	rm -f "$trace"
+	run_in_tty "FORKBOX_INIT_CLONE=fork FORKBOX_TRACE=$trace $FORKBOX --root $ROOT run --bundle $BUNDLE $CID-2"
+	assert_success
+	assert_output --regexp 'sid=1 tty=yes'
+	! grep -q 'init shares memory' "$trace" || fail "FORKBOX_INIT_CLONE=fork shared memory"
+}

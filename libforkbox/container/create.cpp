@@ -926,14 +926,13 @@ Result<void> ContainerCreation::clone_and_drive_init() {
 // a run 1.15x faster on the PVM guest (no fault for each page of our code and heap it
 // touches, an exec that tears no copied address space down). Not with a new user or time
 // namespace (the kernel refuses either to a process sharing its memory; the intermediate
-// unshares a user namespace), nor where init works with us through more than the sync
-// socket or forks itself: hooks, a terminal, the systemd driver.
+// unshares a user namespace), nor where init forks (the hooks it runs itself) or waits for
+// the systemd driver.
 // FORKBOX_INIT_CLONE=fork keeps to fork (tests, A/Bs).
 bool ContainerCreation::init_may_share_memory() const {
     if (const char* how = std::getenv("FORKBOX_INIT_CLONE"); how && std::string_view(how) == "fork") return false;
-    const auto& h = plan_.hooks;
-    bool hooks = !h.prestart.empty() || !h.create_runtime.empty() || !h.create_container.empty() ||
-                 !h.start_container.empty();
+    // createContainer and startContainer hooks are forked by init itself; create runs the others.
+    bool init_runs_hooks = !plan_.hooks.create_container.empty() || !plan_.hooks.start_container.empty();
     // The helper thread enters these for the clone (a template's, the network namespace made
     // ahead): setns of a mount or user namespace refuses a thread. Init joins a template's
     // mount namespace itself.
@@ -941,7 +940,7 @@ bool ContainerCreation::init_may_share_memory() const {
         return (ns.clone_flag & ~(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID)) == 0;
     });
     return !args_.intermediate && !(plan_.new_namespaces & (CLONE_NEWUSER | CLONE_NEWTIME)) && plan_.joins.empty() &&
-           args_.bind_source_trees.empty() && helper_can_enter && !systemd_ && !terminal_ && !hooks &&
+           args_.bind_source_trees.empty() && helper_can_enter && !systemd_ && !init_runs_hooks &&
            !args_.in_user_namespace && !rootless_mode().any();
 }
 
