@@ -959,6 +959,7 @@ Result<void> ContainerCreation::clone_init(uint64_t flags) {
     }
     trace::mark("create: clone");
     Result<void> go;
+    std::optional<Error> clone_error;  // from the helper thread, whose errno is not ours
     {
         // Otherwise init inherits the template's namespaces from us: we enter them for the
         // clone only, so hooks still run in the runtime's own namespaces.
@@ -976,6 +977,7 @@ Result<void> ContainerCreation::clone_init(uint64_t flags) {
                                                         return {};
                                                     });
             child_ = pid ? *pid : -1;
+            if (!pid) clone_error = pid.error();
         } else {
             child_ = sys::clone3_fork(flags, cgroups_.unified_fd());
         }
@@ -992,6 +994,7 @@ Result<void> ContainerCreation::clone_init(uint64_t flags) {
             trace::mark("create: go");
         }
     }
+    if (clone_error) return std::unexpected(clone_error->wrap("clone container init"));
     if (child_ < 0) return sys_error("clone container init");
     trace::mark("create: cloned");
     child_guard_.emplace(child_);
