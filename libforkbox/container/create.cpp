@@ -959,7 +959,6 @@ Result<void> ContainerCreation::clone_init(uint64_t flags) {
     }
     trace::mark("create: clone");
     Result<void> go;
-    std::optional<Error> clone_error;  // from the helper thread, whose errno is not ours
     {
         // Otherwise init inherits the template's namespaces from us: we enter them for the
         // clone only, so hooks still run in the runtime's own namespaces.
@@ -976,8 +975,9 @@ Result<void> ContainerCreation::clone_init(uint64_t flags) {
                                                                 return sys_error("enter " + ns.path);
                                                         return {};
                                                     });
-            child_ = pid ? *pid : -1;
-            if (!pid) clone_error = pid.error();
+            // The helper thread's error: its errno is not ours. Nothing was cloned, nor entered here.
+            if (!pid) return std::unexpected(pid.error().wrap("clone container init"));
+            child_ = *pid;
         } else {
             child_ = sys::clone3_fork(flags, cgroups_.unified_fd());
         }
@@ -994,7 +994,6 @@ Result<void> ContainerCreation::clone_init(uint64_t flags) {
             trace::mark("create: go");
         }
     }
-    if (clone_error) return std::unexpected(clone_error->wrap("clone container init"));
     if (child_ < 0) return sys_error("clone container init");
     trace::mark("create: cloned");
     child_guard_.emplace(child_);

@@ -72,7 +72,6 @@ void* helper_main(void* p) {
     // The child has exec'd or died: its stack is free, and a child that died before it
     // released the caller does now.
     ::munmap(h->stack_map, kStackBytes + kGuard);
-    h->stack_map = nullptr;
     set_stage(h, kGone);
     return nullptr;
 }
