@@ -12,6 +12,10 @@ namespace forkbox::cmd {
 
 namespace po = boost::program_options;
 
+// The heap a create (or run) starts with (prefault::reserve_heap): glibc's first ~132 KiB
+// ran out on the PVM guest ~10 pages short, a fault each.
+constexpr size_t kCreateHeap = 256 << 10;
+
 struct Globals {
     std::string root;
     std::string log_file;

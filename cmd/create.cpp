@@ -1,4 +1,5 @@
 #include "cmd/common.hpp"
+#include "libforkbox/base/prefault.hpp"
 #include "libforkbox/container/container.hpp"
 
 namespace forkbox::cmd {
@@ -25,6 +26,7 @@ int cmd_create(const Globals& g, const std::vector<std::string>& args) {
     o.id = require_id(vm, "create");
     o.zygote_socket = g.zygote_socket;
     o.systemd_cgroup = g.systemd_cgroup;
+    prefault::reserve_heap(kCreateHeap);
     std::unique_ptr<CreationRemains> remains;
     auto r = create_container(g.store(), o, nullptr, &remains);
     if (!r) return report(r.error());

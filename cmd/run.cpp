@@ -5,6 +5,7 @@
 #include "cmd/common.hpp"
 #include "libforkbox/base/clock.hpp"
 #include "libforkbox/base/log.hpp"
+#include "libforkbox/base/prefault.hpp"
 #include "libforkbox/container/container.hpp"
 #include "libforkbox/container/events.hpp"
 
@@ -89,6 +90,7 @@ int cmd_run(const Globals& g, const std::vector<std::string>& args) {
     }
     o.create.zygote_socket = g.zygote_socket;
     o.create.systemd_cgroup = g.systemd_cgroup;
+    prefault::reserve_heap(kCreateHeap);
     auto r = run_container(g.store(), o);
     if (!r) {
         // `forkbox run app` with ./app/config.json and none here: say how to mean the bundle.

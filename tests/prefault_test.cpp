@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <link.h>
+#include <malloc.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -72,6 +74,40 @@ TEST(Prefault, WritesTheHeapUpToTheBreak) {
     forkbox::prefault::populate_heap();
     EXPECT_TRUE(page_present(middle));
     std::free(block);
+}
+
+size_t pages_present(uintptr_t from, uintptr_t to);
+
+// In a child: the reservation is once per process, and its malloc settings stay there.
+TEST(Prefault, ReserveHeapKeepsThreadsOnTheMainHeapAndWritesThePadWherePopulatingPays) {
+    pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        constexpr size_t kBytes = 256 << 10;
+        forkbox::prefault::reserve_heap(kBytes);
+        auto brk = reinterpret_cast<uintptr_t>(::sbrk(0));
+        struct mallinfo2 m = ::mallinfo2();
+        int failed = 0;
+        if (forkbox::prefault::pays()) {
+            // The top of the heap is the pad, every page of it written already.
+            if (m.keepcost < kBytes - 4 * kPage) failed |= 1;
+            if (pages_present((brk - m.keepcost + kPage - 1) & ~(kPage - 1), brk) != (m.keepcost / kPage)) failed |= 2;
+        }
+        // A thread's allocation comes from the same brk heap, not an arena of its own.
+        uintptr_t from_thread = 0;
+        std::thread([&] {
+            void* volatile p = std::malloc(64);
+            from_thread = reinterpret_cast<uintptr_t>(p);
+            std::free(p);
+        }).join();
+        brk = reinterpret_cast<uintptr_t>(::sbrk(0));
+        if (from_thread < brk - ::mallinfo2().arena || from_thread >= brk) failed |= 4;
+        ::_exit(failed);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "1: pad too small, 2: pad not written, 4: a thread's arena";
 }
 
 #if defined(__x86_64__)

@@ -192,6 +192,30 @@ void populate_heap() {
     populate(page_down(brk_now - arena), page_up(brk_now), MADV_POPULATE_WRITE);
 }
 
+void reserve_heap(size_t bytes) {
+    static bool reserved = false;
+    if (reserved) return;
+    reserved = true;
+    // Threads made later allocate here too, not each in an arena of its own (a 64 MiB
+    // mapping whose every page is a fresh fault): forkbox's are short-lived helpers, and
+    // init on create's memory runs on the clone helper's.
+    ::mallopt(M_ARENA_MAX, 1);
+    if (decision != Decision::populate) return;
+    // Every later move of the break keeps `bytes` spare as well. One allocation larger than
+    // all the free memory malloc holds moves it now (below the mmap threshold, so from the
+    // heap); freed, the top keeps the pad (malloc trims down to it), and one madvise writes
+    // all of it.
+    constexpr size_t kMmapThreshold = 128 << 10;  // glibc's default, fixed here
+    ::mallopt(M_MMAP_THRESHOLD, kMmapThreshold);
+    ::mallopt(M_TOP_PAD, static_cast<int>(bytes));
+    struct mallinfo2 m = ::mallinfo2();
+    if (m.keepcost < bytes && m.fordblks + 4096 < kMmapThreshold) {
+        void* volatile grown = ::malloc(m.fordblks + 4096);  // volatile: the compiler drops a bare free(malloc())
+        ::free(grown);
+    }
+    populate_heap();
+}
+
 bool bulk_mapping_pays(Costs costs) {
     // Unmeasured: populate, as a kernel without MADV_POPULATE_* ignores it anyway.
     if (costs.fault == 0 || costs.populate == 0) return true;

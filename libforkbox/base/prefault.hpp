@@ -15,6 +15,7 @@
 // malloc hands out. The populate calls are exposed for tests.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace forkbox::prefault {
@@ -49,5 +50,11 @@ void populate_stack();
 // malloc's heap as far as it reaches now: at start-up, the ~132 KiB glibc's own start-up made
 // (a create writes ~23 of its pages before the clone, each a fault).
 void populate_heap();
+// For a verb that outgrows that heap (create and run: the config's text, the Plan, the
+// seccomp program, init's copies of them; ~10 faults more): where bulk mapping pays, the
+// heap grows to `bytes` spare now, written in one call. Either way every thread allocates
+// from this one heap (glibc makes an arena per thread otherwise). Call before any thread
+// starts; once per process.
+void reserve_heap(size_t bytes);
 
 }  // namespace forkbox::prefault
