@@ -237,6 +237,10 @@ write_orphan_script() {
 	local shared=$output
 	grep -q 'create: init shares memory$' "$trace" || fail "no 'create: init shares memory' in the trace: $(cat "$trace")"
 	[[ $shared == *"$CID"* ]] || fail "not in the container's cgroups: $shared"
+	# A cgroup v2 hierarchy (pure v2, or hybrid's unified one): born there by clone3.
+	if [[ $(uname -m) == x86_64 && $shared == *"0::/"*"$CID"* ]]; then
+		grep -q 'init: born in its cgroup$' "$trace" || fail "init was not born in its v2 cgroup: $(cat "$trace")"
+	fi
 
 	rm -f "$trace"
 	FORKBOX_INIT_CLONE=fork FORKBOX_TRACE=$trace run_sh 'cat /proc/self/cgroup; hostname; readlink /proc/1/exe'

@@ -2,10 +2,14 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <string>
 
 #include "libforkbox/process/vfork_helper.hpp"
@@ -92,4 +96,78 @@ TEST(SharedMemoryChild, AFailedCloneIsReported) {
     auto pid = clone_child_on_shared_memory(exec_true, nullptr, CLONE_NEWPID | CLONE_THREAD, nullptr);
     ASSERT_FALSE(pid);
     EXPECT_EQ(pid.error().errnum(), EINVAL);
+}
+
+namespace {
+
+// Where cgroup2 is mounted (pure v2, or a hybrid host's unified hierarchy), or "".
+std::string cgroup2_mountpoint() {
+    std::ifstream mounts("/proc/self/mounts");
+    std::string device, point, type, rest;
+    while (mounts >> device >> point >> type && std::getline(mounts, rest))
+        if (type == "cgroup2") return point;
+    return "";
+}
+
+struct BornIn {
+    bool born = false;
+    char cgroup_line[512] = {};  // our /proc/self/cgroup's cgroup v2 line
+};
+
+void report_cgroup(void* p, ReleaseCaller release) {
+    auto* b = static_cast<BornIn*>(p);
+    b->born = release.born_in_cgroup();
+    char text[4096] = {};
+    int fd = ::open("/proc/self/cgroup", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? ::read(fd, text, sizeof text - 1) : -1;
+    if (n > 0) {
+        const char* line = std::strstr(text, "0::");
+        if (line) std::strncpy(b->cgroup_line, line, std::strcspn(line, "\n"));
+    }
+    release();
+    _exit(0);
+}
+
+}  // namespace
+
+TEST(SharedMemoryChild, IsBornInTheCgroupGiven) {
+#if !defined(__x86_64__)
+    GTEST_SKIP() << "clone3 onto a stack of our own is built for x86_64 only";
+#endif
+    std::string root = cgroup2_mountpoint();
+    if (root.empty() || ::geteuid() != 0) GTEST_SKIP() << "needs root and a cgroup2 mount";
+    std::string name = "forkbox-unit-born-" + std::to_string(::getpid());
+    std::string dir = root + "/" + name;
+    ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0) << dir << ": " << std::strerror(errno);
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    BornIn b;
+    auto pid = clone_child_on_shared_memory(report_cgroup, &b, 0, nullptr, fd);
+    ::close(fd);
+    int status = pid ? wait_status(*pid) : -1;
+    ::rmdir(dir.c_str());
+    ASSERT_TRUE(pid) << pid.error().what();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT_TRUE(b.born);
+    EXPECT_EQ(std::string(b.cgroup_line).substr(std::string(b.cgroup_line).rfind('/') + 1), name) << b.cgroup_line;
+}
+
+TEST(SharedMemoryChild, WithoutACgroupStaysInOurs) {
+    BornIn b;
+    auto pid = clone_child_on_shared_memory(report_cgroup, &b, 0, nullptr);
+    ASSERT_TRUE(pid) << pid.error().what();
+    EXPECT_EQ(WEXITSTATUS(wait_status(*pid)), 0);
+    EXPECT_FALSE(b.born);
+}
+
+// A kernel without CLONE_INTO_CGROUP, or a directory it cannot place us in: clone(2), and the
+// child is told to join the cgroup itself.
+TEST(SharedMemoryChild, ACgroupTheKernelRefusesFallsBackToAPlainClone) {
+    int not_a_cgroup = ::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(not_a_cgroup, 0);
+    BornIn b;
+    auto pid = clone_child_on_shared_memory(report_cgroup, &b, 0, nullptr, not_a_cgroup);
+    ::close(not_a_cgroup);
+    ASSERT_TRUE(pid) << pid.error().what();
+    EXPECT_EQ(WEXITSTATUS(wait_status(*pid)), 0);
+    EXPECT_FALSE(b.born);
 }

@@ -300,6 +300,20 @@ Result<std::vector<std::string>> own_cgroup_dirs(const CgroupLayout& layout) {
 
 Result<std::optional<std::string>> make_cgroup_path(const std::string& mountpoint, std::string_view path, bool cpuset,
                                                     std::vector<std::string>& made, bool refusal_stops) {
+    // The leaf first: its parents usually exist (forkbox's own, a manager's slice), and a
+    // mkdir refused with EEXIST costs ~20 us on cgroupfs (PVM guest). Not for cpuset, whose
+    // parents are checked on the way down (below); a missing parent (ENOENT): the walk.
+    bool plain = path.size() > 1 && path.front() == '/' && path.back() != '/' && path.find("//") == std::string_view::npos;
+    if (!cpuset && plain) {
+        std::string leaf = mountpoint + std::string(path);
+        if (::mkdir(leaf.c_str(), 0755) == 0) {
+            made.push_back(leaf);
+            return leaf;
+        }
+        if (errno == EEXIST) return leaf;
+        if (refusal_stops && (errno == EACCES || errno == EPERM || errno == EROFS)) return std::nullopt;
+        if (errno != ENOENT) return sys_error("create cgroup " + leaf);
+    }
     std::string dir = mountpoint;
     size_t i = 1;
     while (i <= path.size()) {

@@ -341,8 +341,8 @@ Result<void> mount_cgroups(const RootfsContext& ctx, int root_fd, const MountSte
         return {};
     }
 
-    auto mount_one = [&](const CgroupHierarchy& h, size_t index, const std::string& dest, bool remount) -> Result<void> {
-        FB_ASSIGN(unique_fd target, create_in_root(root_fd, dest, false));
+    auto mount_one = [&](const CgroupHierarchy& h, size_t index, const std::string& dest, unique_fd target,
+                         bool remount) -> Result<void> {
         Result<void> r;
         if (ctx.new_cgroup_namespace) {
             const char* type = h.unified ? "cgroup2" : "cgroup";
@@ -362,18 +362,28 @@ Result<void> mount_cgroups(const RootfsContext& ctx, int root_fd, const MountSte
         return {};
     };
 
-    if (layout.mode == CgroupMode::V2) return mount_one(layout.hierarchies[0], 0, m.destination, true);
+    if (layout.mode == CgroupMode::V2) {
+        FB_ASSIGN(unique_fd target, create_in_root(root_fd, m.destination, false));
+        return mount_one(layout.hierarchies[0], 0, m.destination, std::move(target), true);
+    }
 
     FB_ASSIGN(unique_fd target, create_in_root(root_fd, m.destination, false));
     FB_TRY(mount_on_fd("tmpfs", target.get(), "tmpfs", rw_flags, "mode=755", "tmpfs on " + m.destination));
+    // The tmpfs is ours and empty: its mount points are made and opened in it directly, not
+    // resolved from the root one by one (~3 syscalls a hierarchy fewer, 10 hierarchies here).
+    FB_ASSIGN(unique_fd fresh, open_in_root(root_fd, m.destination));
     for (size_t i = 0; i < layout.hierarchies.size(); ++i) {
         const auto& h = layout.hierarchies[i];
-        FB_TRY(mount_one(h, i, m.destination + "/" + basename_of(h.mountpoint), false));
+        std::string name = basename_of(h.mountpoint), dest = m.destination + "/" + name;
+        if (::mkdirat(fresh.get(), name.c_str(), 0755) < 0) return sys_error("mkdir " + dest);
+        unique_fd point(::openat(fresh.get(), name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!point) return sys_error("open " + dest);
+        FB_TRY(mount_one(h, i, dest, std::move(point), false));
     }
     if (!ro) return {};
     // Read-only in one step, the tmpfs and every hierarchy under it, rather than a remount
     // per mount (~10 on v1 hosts). Kernels without mount_setattr: one by one.
-    FB_ASSIGN(unique_fd tree, open_in_root(root_fd, m.destination));
+    const unique_fd& tree = fresh;
     auto tree_ro = set_mount_attrs(tree.get(), mount_attrs_of(flags), true, m.destination);
     if (tree_ro || tree_ro.error().errnum() != ENOSYS) return tree_ro;
     for (const auto& h : layout.hierarchies) {

@@ -13,6 +13,8 @@
 #include <memory>
 #include <utility>
 
+#include "libforkbox/base/syscalls.hpp"
+
 namespace forkbox {
 namespace {
 
@@ -32,6 +34,8 @@ struct Handoff {
     SharedMemoryChild child = nullptr;
     void* child_arg = nullptr;
     int flags = 0;
+    int cgroup_fd = -1;           // a cgroup v2 directory to be born in, or -1
+    bool born_in_cgroup = false;  // set before the child runs
     std::function<Result<void>()> in_helper;
     void* stack_map = nullptr;
     char* stack_top = nullptr;
@@ -49,6 +53,58 @@ int child_entry(void* p) {
     _exit(127);  // a child returns by exec or _exit only
 }
 
+#if defined(__x86_64__)
+// clone3 onto `stack` (glibc 2.36 has no wrapper for it): the child starts there with the
+// caller's registers, so the entry point and its argument travel in registers the system
+// call keeps, and nothing of the parent's stack frame is touched after it. Returns the
+// child's pid, or -errno.
+[[gnu::noinline]] long clone3_onto_stack(clone_args* args, int (*entry)(void*), void* arg) {
+    long ret;
+    register long r12 asm("r12") = reinterpret_cast<long>(entry);
+    register long r13 asm("r13") = reinterpret_cast<long>(arg);
+    asm volatile(
+        "syscall\n\t"
+        "test %%rax, %%rax\n\t"
+        "jnz 1f\n\t"
+        // The child: a fresh stack (16-byte aligned by the caller), no frame to return to.
+        "xor %%ebp, %%ebp\n\t"
+        "mov %%r13, %%rdi\n\t"
+        "call *%%r12\n\t"
+        "mov %%eax, %%edi\n\t"
+        "mov %[exit_nr], %%eax\n\t"
+        "syscall\n\t"
+        "hlt\n"
+        "1:"
+        : "=a"(ret)
+        : "0"(SYS_clone3), "D"(args), "S"(sizeof *args), "r"(r12), "r"(r13), [exit_nr] "i"(SYS_exit)
+        : "rcx", "r11", "memory");
+    return ret;
+}
+#endif
+
+// Into the cgroup by clone3's CLONE_INTO_CGROUP where the kernel has it (5.7): the child
+// need not move itself, a write that takes the cgroup core's migration lock. Else clone(2),
+// and the child joins it itself (born_in_cgroup stays false).
+pid_t clone_child(Handoff* h) {
+    int flags = CLONE_VM | CLONE_VFORK | CLONE_PARENT_SETTID | h->flags;
+#if defined(__x86_64__)
+    if (h->cgroup_fd >= 0) {
+        struct clone_args args {};
+        args.flags = static_cast<uint64_t>(flags) | CLONE_INTO_CGROUP;
+        args.parent_tid = reinterpret_cast<uint64_t>(&h->pid);
+        args.exit_signal = SIGCHLD;
+        args.stack = reinterpret_cast<uint64_t>(h->stack_top - kStackBytes);
+        args.stack_size = kStackBytes;
+        args.cgroup = static_cast<uint64_t>(h->cgroup_fd);
+        h->born_in_cgroup = true;
+        long pid = clone3_onto_stack(&args, child_entry, h);
+        if (pid > 0) return static_cast<pid_t>(pid);
+        h->born_in_cgroup = false;  // an older kernel, or a cgroup it cannot place us in
+    }
+#endif
+    return ::clone(child_entry, h->stack_top, flags | SIGCHLD, h, &h->pid);
+}
+
 void* helper_main(void* p) {
     std::unique_ptr<std::shared_ptr<Handoff>> ref(static_cast<std::shared_ptr<Handoff>*>(p));
     Handoff* h = ref->get();
@@ -62,9 +118,7 @@ void* helper_main(void* p) {
             return nullptr;
         }
     }
-    pid_t r = ::clone(child_entry, h->stack_top, CLONE_VM | CLONE_VFORK | CLONE_PARENT_SETTID | h->flags | SIGCHLD, h,
-                      &h->pid);
-    if (r < 0) {
+    if (clone_child(h) < 0) {
         h->error = sys_error("clone");
         set_stage(h, kFailed);
         return nullptr;
@@ -80,8 +134,10 @@ void* helper_main(void* p) {
 
 void ReleaseCaller::operator()() const { set_stage(static_cast<Handoff*>(handoff), kReleased); }
 
+bool ReleaseCaller::born_in_cgroup() const { return static_cast<Handoff*>(handoff)->born_in_cgroup; }
+
 Result<pid_t> clone_child_on_shared_memory(SharedMemoryChild child, void* arg, int flags,
-                                           std::function<Result<void>()> in_helper) {
+                                           std::function<Result<void>()> in_helper, int cgroup_fd) {
     void* map = ::mmap(nullptr, kStackBytes + kGuard, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
     if (map == MAP_FAILED) return sys_error("map a stack for the child");
@@ -90,6 +146,7 @@ Result<pid_t> clone_child_on_shared_memory(SharedMemoryChild child, void* arg, i
     h->child = child;
     h->child_arg = arg;
     h->flags = flags;
+    h->cgroup_fd = cgroup_fd;
     h->in_helper = std::move(in_helper);
     h->stack_map = map;
     h->stack_top = static_cast<char*>(map) + kGuard + kStackBytes;

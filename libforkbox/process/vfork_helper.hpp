@@ -27,6 +27,8 @@ namespace forkbox {
 struct ReleaseCaller {
     void* handoff = nullptr;
     void operator()() const;
+    // Whether the kernel put the child into `cgroup_fd` (else the child joins it itself).
+    bool born_in_cgroup() const;
 };
 
 using SharedMemoryChild = void (*)(void* arg, ReleaseCaller release);
@@ -34,8 +36,9 @@ using SharedMemoryChild = void (*)(void* arg, ReleaseCaller release);
 // Starts child(arg, release) with the CLONE_NEW* `flags` and returns its pid once it has
 // released us (or died). `in_helper` runs first on the helper thread (setns of the namespaces
 // the child is to be born in: setns changes the calling thread only); its error is returned
-// and nothing is cloned. The child is born with every signal blocked.
+// and nothing is cloned. The child is born with every signal blocked, and in the cgroup v2
+// directory `cgroup_fd` where the kernel can (clone3's CLONE_INTO_CGROUP; x86_64).
 Result<pid_t> clone_child_on_shared_memory(SharedMemoryChild child, void* arg, int flags,
-                                           std::function<Result<void>()> in_helper);
+                                           std::function<Result<void>()> in_helper, int cgroup_fd = -1);
 
 }  // namespace forkbox
