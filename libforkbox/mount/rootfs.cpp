@@ -397,7 +397,20 @@ Result<void> mount_cgroups(const RootfsContext& ctx, int root_fd, const MountSte
 }
 
 // `dir_fd`: the node's parent directory, resolved (made) inside the root by the caller.
-Result<void> create_device(const RootfsContext& ctx, int root_fd, int dir_fd, const DeviceNode& d) {
+// Who a node made in the directory belongs to: our fs ids, or the directory's group when
+// it is setgid. uid -1: unknown.
+struct NodeOwner {
+    uid_t uid = static_cast<uid_t>(-1);
+    gid_t gid = static_cast<gid_t>(-1);
+};
+NodeOwner owner_of_new_nodes(int dir_fd) {
+    struct stat st;
+    if (::fstat(dir_fd, &st) < 0) return {};
+    return {::geteuid(), (st.st_mode & S_ISGID) ? st.st_gid : ::getegid()};
+}
+
+Result<void> create_device(const RootfsContext& ctx, int root_fd, int dir_fd, const NodeOwner& owner,
+                           const DeviceNode& d) {
     std::string name = d.path.substr(d.path.find_last_of('/') + 1);
     if (ctx.in_user_namespace) {
         // mknod is not allowed in a user namespace: bind the host's node instead, onto a file
@@ -411,9 +424,15 @@ Result<void> create_device(const RootfsContext& ctx, int root_fd, int dir_fd, co
     mode_t type = S_IFCHR;
     if (d.type == 'b') type = S_IFBLK;
     else if (d.type == 'p') type = S_IFIFO;
-    ::unlinkat(dir_fd, name.c_str(), 0);  // a node of the same name in the image loses
-    if (::mknodat(dir_fd, name.c_str(), type | (d.mode & 07777), makedev(d.major, d.minor)) < 0)
-        return sys_error("mknod " + d.path);
+    mode_t mode = type | (d.mode & 07777);
+    dev_t dev = makedev(d.major, d.minor);
+    // A node of the same name in the image loses (removed only when there is one).
+    if (::mknodat(dir_fd, name.c_str(), mode, dev) < 0) {
+        if (errno != EEXIST || ::unlinkat(dir_fd, name.c_str(), 0) < 0 || ::mknodat(dir_fd, name.c_str(), mode, dev) < 0)
+            return sys_error("mknod " + d.path);
+    }
+    // Made by us, it is ours already, unless the directory hands its group down (setgid).
+    if (d.uid == owner.uid && d.gid == owner.gid) return {};
     if (::fchownat(dir_fd, name.c_str(), d.uid, d.gid, AT_SYMLINK_NOFOLLOW) < 0)
         return sys_error("chown " + d.path);
     return {};
@@ -503,14 +522,16 @@ Result<void> prepare_rootfs(const RootfsContext& ctx) {
         // Each parent directory opened once (all of them are /dev, usually): ~6 syscalls a node fewer.
         std::string parent;
         unique_fd parent_fd;
+        NodeOwner owner;
         for (const auto& d : plan.devices) {
             std::string p = d.path.substr(0, d.path.find_last_of('/'));
             if (p.empty()) p = "/";
             if (!parent_fd || p != parent) {
                 FB_ASSIGN(parent_fd, create_in_root(root_fd.get(), p, false));
                 parent = p;
+                owner = owner_of_new_nodes(parent_fd.get());
             }
-            FB_TRY(create_device(ctx, root_fd.get(), parent_fd.get(), d));
+            FB_TRY(create_device(ctx, root_fd.get(), parent_fd.get(), owner, d));
         }
         struct stat st;
         FB_TRY(create_dev_symlinks(root_fd.get(), ::stat("/proc/kcore", &st) == 0));

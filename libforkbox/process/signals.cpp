@@ -3,11 +3,15 @@
 #include <sys/signalfd.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
 
 #include "libforkbox/process/waiting_init_signals.h"
 
@@ -35,6 +39,38 @@ sigset_t termination_signals() {
     return set;
 }
 
+// The 16 hex digits after `key` in /proc/self/status text: a mask of signals, bit N-1 for N.
+bool status_mask(const char* text, const char* key, uint64_t& mask) {
+    const char* at = std::strstr(text, key);
+    if (!at) return false;
+    at += std::strlen(key);
+    while (*at == ' ' || *at == '\t') ++at;
+    mask = 0;
+    int digits = 0;
+    for (; digits < 16; ++digits, ++at) {
+        char c = *at;
+        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (v < 0) break;
+        mask = mask << 4 | static_cast<uint64_t>(v);
+    }
+    return digits == 16;
+}
+
+// The signals this process ignores or catches (SigIgn | SigCgt of /proc/self/status): one
+// read, not a sigaction for each of the 64. All of them when the file cannot be read.
+uint64_t non_default_signals() {
+    char text[4096];
+    int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ~uint64_t{0};
+    ssize_t n = ::read(fd, text, sizeof text - 1);
+    ::close(fd);
+    uint64_t ignored = 0, caught = 0;
+    if (n <= 0) return ~uint64_t{0};
+    text[n] = '\0';
+    if (!status_mask(text, "SigIgn:", ignored) || !status_mask(text, "SigCgt:", caught)) return ~uint64_t{0};
+    return ignored | caught;
+}
+
 }  // namespace
 
 void reset_signal_dispositions(UntilExec mode) {
@@ -43,13 +79,15 @@ void reset_signal_dispositions(UntilExec mode) {
     struct sigaction exit_on{};
     exit_on.sa_handler = exit_as_killed_by;
     sigfillset(&exit_on.sa_mask);
+    uint64_t not_default = non_default_signals();
     for (int sig = 1; sig < NSIG; ++sig) {
         if (sig == SIGKILL || sig == SIGSTOP) continue;
+        bool was_default = sig > 64 || !((not_default >> (sig - 1)) & 1);
         // glibc's sigaction supplies the restorer x86_64 requires for a handler.
         if (mode == UntilExec::ExitOnTermination && forkbox_signal_ends_waiting_init(sig) &&
             ::sigaction(sig, &exit_on, nullptr) == 0)
             continue;
-        ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask);
+        if (!was_default) ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask);
     }
 }
 

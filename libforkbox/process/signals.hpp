@@ -13,7 +13,8 @@ namespace forkbox {
 // conmon ignores SIGPIPE, and a container under podman then gets EPIPE where a pipeline
 // (`yes | head`) expects to die quietly, and its shell cannot trap SIGPIPE (POSIX: a signal
 // ignored on entry stays ignored). runc (Go) and crun start processes with SIG_DFL.
-// Async-signal-safe: only sigaction, for use between clone and execve.
+// Async-signal-safe (open, read and sigaction), for use between clone and execve: only the
+// signals /proc/self/status shows ignored or caught are set back, not all 64.
 // A container's init passes ExitOnTermination: until its execve it exits with 128+N on the
 // signals of waiting_init_signals.h, which pid 1 would otherwise ignore.
 enum class UntilExec { Default, ExitOnTermination };
