@@ -656,8 +656,10 @@ Result<void> ContainerCreation::place_cgroups() {
 }
 
 // On a v1 or hybrid host, the cold path makes the v1 cgroups (a mkdir per hierarchy, ~0.3 ms
-// here) and moves init into them while init mounts on the other CPU: before init's cgroup
-// mount binds them, and before any hook or process of the container runs. Not when the cgroups must
+// here) while init mounts on the other CPU: init joins them before its cgroup mount binds
+// them, and before any hook or process of the container runs. Itself, by writing 0 to their
+// `tasks`: the kernel moves the caller without its threadgroup lock, whose write side, taken
+// to move another process, can wait for an RCU grace period. Not when the cgroups must
 // exist first: a cgroup namespace (rooted where init is when it unshares), a user namespace
 // or the intermediate (init joins through fds opened by us), a zygote template, rootless
 // (a delegated subtree may refuse some), or the systemd driver.
@@ -674,12 +676,6 @@ Result<void> ContainerCreation::place_v1_cgroups() {
     for (const auto& h : layout_.hierarchies) made_already.push_back(h.unified);
     FB_ASSIGN(v1_cgroups_, create_cgroups(layout_, plan_.cgroups_path, {}, {}, made_already));
     FB_TRY(apply_cgroup_writes(v1_cgroup_writes_, layout_, cgroups_.dirs()));
-    // Init in, by its pid, here rather than by itself: each move takes ~20 us of the cgroup
-    // core's migration (PVM guest), which init would spend on its critical path.
-    FB_ASSIGN(std::vector<unique_fd> tasks, v1_cgroups_.open_v1_task_files(layout_));
-    std::string pid = std::to_string(child_);
-    for (const auto& f : tasks)
-        if (::write(f.get(), pid.data(), pid.size()) < 0) return sys_error("move container init into its v1 cgroups");
     std::vector<std::string> created = cgroups_.created();
     created.insert(created.end(), v1_cgroups_.created().begin(), v1_cgroups_.created().end());
     state_.cgroup_dirs_created = removable_cgroups(layout_, std::move(created));

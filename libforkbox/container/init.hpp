@@ -16,9 +16,8 @@ struct InitArgs {
     const CgroupLayout* cgroup_layout = nullptr;
     std::vector<std::string> cgroup_dirs;
     std::vector<int> cgroup_task_fds;  // v1 `tasks` files the child joins itself
-    // The v1 cgroups (cgroup_dirs names them) are made by `create` after the clone, which
-    // then moves init into them and sends CgroupsPlaced: awaited before a cgroup mount or
-    // anything of the container.
+    // The v1 cgroups (cgroup_dirs names them) are made by `create` after the clone: joined
+    // once CgroupsPlaced says they exist, before a cgroup mount or anything of the container.
     bool v1_cgroups_follow = false;
     std::vector<OpenNamespace>* namespaces = nullptr;  // to join (intermediate path only)
     int sync_fd = -1;
