@@ -194,13 +194,8 @@ void populate_heap() {
 
 void reserve_heap(size_t bytes) {
     static bool reserved = false;
-    if (reserved) return;
+    if (reserved || decision != Decision::populate) return;
     reserved = true;
-    // Threads made later allocate here too, not each in an arena of its own (a 64 MiB
-    // mapping whose every page is a fresh fault): forkbox's are short-lived helpers, and
-    // init on create's memory runs on the clone helper's.
-    ::mallopt(M_ARENA_MAX, 1);
-    if (decision != Decision::populate) return;
     // Every later move of the break keeps `bytes` spare as well. One allocation larger than
     // all the free memory malloc holds moves it now (below the mmap threshold, so from the
     // heap); freed, the top keeps the pad (malloc trims down to it), and one madvise writes
@@ -214,6 +209,17 @@ void reserve_heap(size_t bytes) {
         ::free(grown);
     }
     populate_heap();
+}
+
+void warm_thread_heap(size_t bytes) {
+    if (decision != Decision::populate) return;
+    // From this thread's arena while below the mmap threshold; freed, the pages stay (malloc
+    // trims an arena down to M_TOP_PAD, no further).
+    void* volatile block = ::malloc(bytes);
+    if (!block) return;
+    uintptr_t from = page_down(reinterpret_cast<uintptr_t>(block));
+    populate(from, from + bytes, MADV_POPULATE_WRITE);
+    ::free(block);
 }
 
 bool bulk_mapping_pays(Costs costs) {

@@ -51,10 +51,11 @@ void populate_stack();
 // (a create writes ~23 of its pages before the clone, each a fault).
 void populate_heap();
 // For a verb that outgrows that heap (create and run: the config's text, the Plan, the
-// seccomp program, init's copies of them; ~10 faults more): where bulk mapping pays, the
-// heap grows to `bytes` spare now, written in one call. Either way every thread allocates
-// from this one heap (glibc makes an arena per thread otherwise). Call before any thread
-// starts; once per process.
+// seccomp program; ~8 faults more): where bulk mapping pays, the heap grows to `bytes` spare
+// now, written in one call. Once per process.
 void reserve_heap(size_t bytes);
+// Where bulk mapping pays: the calling thread's malloc arena (glibc gives each thread its own,
+// a 64 MiB mapping faulted page by page) made now, its first `bytes` written in one call.
+void warm_thread_heap(size_t bytes);
 
 }  // namespace forkbox::prefault

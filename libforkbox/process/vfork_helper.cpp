@@ -13,6 +13,7 @@
 #include <memory>
 #include <utility>
 
+#include "libforkbox/base/prefault.hpp"
 #include "libforkbox/base/syscalls.hpp"
 
 namespace forkbox {
@@ -24,6 +25,7 @@ constexpr size_t kStackBytes = 2 << 20;
 constexpr size_t kStackPrefault = 128 << 10;
 constexpr size_t kGuard = 4096;
 constexpr size_t kHelperStack = 64 << 10;  // the helper only clones and waits
+constexpr size_t kChildHeapBytes = 96 << 10;  // room for init's copies (Plan, layout, seccomp program)
 
 enum Stage : int { kCloning = 0, kReleased = 1, kGone = 2, kFailed = 3 };
 
@@ -111,6 +113,10 @@ void* helper_main(void* p) {
     sigset_t all;
     sigfillset(&all);
     ::pthread_sigmask(SIG_SETMASK, &all, nullptr);
+    // The child runs on our thread-local state, so what it allocates (its copies of the
+    // caller's) comes from our arena: ready and written before it runs. Not the caller's
+    // arena: a caller killed while holding that arena's lock would leave the child stuck.
+    prefault::warm_thread_heap(kChildHeapBytes);
     if (h->in_helper) {
         if (auto r = h->in_helper(); !r) {
             h->error = std::move(r);
