@@ -14,7 +14,9 @@ namespace forkbox {
 // (`yes | head`) expects to die quietly, and its shell cannot trap SIGPIPE (POSIX: a signal
 // ignored on entry stays ignored). runc (Go) and crun start processes with SIG_DFL.
 // Async-signal-safe (open, read and sigaction), for use between clone and execve: only the
-// signals /proc/self/status shows ignored or caught are set back, not all 64.
+// signals /proc/self/status shows ignored or caught are set back, not all 64. It reads the
+// runtime's /proc: callers reset before they enter a container's mount namespace, where the
+// container could put a file of its own there.
 // A container's init passes ExitOnTermination: until its execve it exits with 128+N on the
 // signals of waiting_init_signals.h, which pid 1 would otherwise ignore.
 enum class UntilExec { Default, ExitOnTermination };
