@@ -9,9 +9,9 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <string>
 
+#include "libforkbox/cgroup/cgroups.hpp"
 #include "libforkbox/process/vfork_helper.hpp"
 
 using namespace forkbox;
@@ -100,15 +100,6 @@ TEST(SharedMemoryChild, AFailedCloneIsReported) {
 
 namespace {
 
-// Where cgroup2 is mounted (pure v2, or a hybrid host's unified hierarchy), or "".
-std::string cgroup2_mountpoint() {
-    std::ifstream mounts("/proc/self/mounts");
-    std::string device, point, type, rest;
-    while (mounts >> device >> point >> type && std::getline(mounts, rest))
-        if (type == "cgroup2") return point;
-    return "";
-}
-
 struct BornIn {
     bool born = false;
     char cgroup_line[512] = {};  // our /proc/self/cgroup's cgroup v2 line
@@ -134,7 +125,10 @@ TEST(SharedMemoryChild, IsBornInTheCgroupGiven) {
 #if !defined(__x86_64__)
     GTEST_SKIP() << "clone3 onto a stack of our own is built for x86_64 only";
 #endif
-    std::string root = cgroup2_mountpoint();
+    // Where cgroup2 is mounted (pure v2, or a hybrid host's unified hierarchy), as create sees it.
+    auto layout = detect_cgroup_layout();
+    const CgroupHierarchy* unified = layout ? layout->unified() : nullptr;
+    std::string root = unified ? unified->mountpoint : "";
     if (root.empty() || ::geteuid() != 0) GTEST_SKIP() << "needs root and a cgroup2 mount";
     std::string name = "forkbox-unit-born-" + std::to_string(::getpid());
     std::string dir = root + "/" + name;
