@@ -34,6 +34,7 @@ Labels are taken as they come: a process is "create", "start", "init" or "run" a
 prefix (before ':') of its labels, so marks added or renamed later only change --steps.
 """
 import math
+import re
 import os
 import statistics
 import sys
@@ -254,6 +255,19 @@ def histogram(name, values, width=40):
     return lines
 
 
+def steps_label_figures():
+    return re.compile(r"\s*\([^)]*\d[^)]*\)")
+
+
+STEADY = steps_label_figures()
+
+
+def steady_label(label):
+    """A label without the figures some marks carry ("prefault: bulk (fault 6, ...)"), so
+    that the same step of every run falls under one key."""
+    return STEADY.sub("", label)
+
+
 def steps(procs):
     """Median microseconds between consecutive marks, per kind of process."""
     deltas = {}
@@ -261,7 +275,7 @@ def steps(procs):
     for p in procs:
         role = p.role()
         for (t1, l1), (t2, l2) in zip(p.marks, p.marks[1:]):
-            key = (role, l1, l2)
+            key = (role, steady_label(l1), steady_label(l2))
             deltas.setdefault(key, []).append((t2 - t1) / 1e3)
             order.setdefault(key, len(order))
     lines = []
