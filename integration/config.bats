@@ -1271,10 +1271,27 @@ failing_hook_leaves_nothing() {
 }
 
 @test "a runtime allowed one CPU makes the network namespace with the clone, its loopback up" {
-	# With two CPUs or more it is made ahead on a thread of its own (NetworkNamespaceAhead).
+	# With two CPUs or more it is made ahead by the clone helper, kept on another CPU
+	# meanwhile (CloneHelper in libforkbox/process/vfork_helper.hpp).
 	command -v taskset >/dev/null || skip "taskset missing"
 	set_args /bin/fbhelper read /sys/class/net/lo/flags
 	run --separate-stderr taskset -c 0 "$FORKBOX" --root "$ROOT" run --bundle "$BUNDLE" "$CID"
+	assert_success
+	(( ($output & 0x9) == 0x9 )) || fail "lo flags $output"
+}
+
+@test "a container whose network namespace was made ahead on another CPU keeps the runtime's CPUs" {
+	# The clone helper makes the namespace pinned away from the runtime's CPU, then clones
+	# init: init (and so the container) must be born with the CPUs the runtime had.
+	(( $(nproc) >= 2 )) || skip "needs two CPUs"
+	local ours
+	ours=$(awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status)
+	set_args /bin/fbhelper read /proc/self/status
+	run --separate-stderr runtime run --bundle "$BUNDLE" "$CID"
+	assert_success
+	assert_line --regexp "^Cpus_allowed_list:[[:space:]]+${ours}\$"
+	set_args /bin/fbhelper read /sys/class/net/lo/flags
+	run --separate-stderr runtime run --bundle "$BUNDLE" "$CID-lo"
 	assert_success
 	(( ($output & 0x9) == 0x9 )) || fail "lo flags $output"
 }

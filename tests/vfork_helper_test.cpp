@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -164,4 +165,100 @@ TEST(SharedMemoryChild, ACgroupTheKernelRefusesFallsBackToAPlainClone) {
     ASSERT_TRUE(pid) << pid.error().what();
     EXPECT_EQ(WEXITSTATUS(wait_status(*pid)), 0);
     EXPECT_FALSE(b.born);
+}
+
+namespace {
+
+struct WhereBorn {
+    char net[64] = {};       // readlink of /proc/self/ns/net
+    char cpus[256] = {};     // Cpus_allowed_list
+};
+
+void report_network_and_cpus(void* p, ReleaseCaller release) {
+    auto* w = static_cast<WhereBorn*>(p);
+    (void)!::readlink("/proc/self/ns/net", w->net, sizeof w->net - 1);
+    char text[4096] = {};
+    int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? ::read(fd, text, sizeof text - 1) : -1;
+    if (n > 0)
+        if (const char* line = std::strstr(text, "Cpus_allowed_list:"))
+            std::strncpy(w->cpus, line, std::min(sizeof w->cpus - 1, std::strcspn(line, "\n")));
+    release();
+    _exit(0);
+}
+
+std::string link_of(const std::string& path) {
+    char buf[64] = {};
+    return ::readlink(path.c_str(), buf, sizeof buf - 1) > 0 ? buf : "";
+}
+
+}  // namespace
+
+// The helper made the network namespace ahead: the child is born in it (not ours), with our
+// CPUs, not the one the helper was kept on while it made the namespace.
+TEST(CloneHelper, AChildIsBornInTheNetworkNamespaceMadeAheadWithOurCpus) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root";
+    std::string ours = link_of("/proc/thread-self/ns/net");
+    CloneHelper helper(CloneHelper::Options{.make_network_namespace = true});
+    auto made = helper.take_network_namespace();
+    ASSERT_TRUE(made) << made.error().what();
+    ASSERT_TRUE(made->has_value());
+    struct stat made_st {};
+    ASSERT_EQ(::fstat((*made)->fd.get(), &made_st), 0);
+    WhereBorn w;
+    auto pid = helper.clone(report_network_and_cpus, &w, 0, nullptr);
+    ASSERT_TRUE(pid) << pid.error().what();
+    EXPECT_EQ(WEXITSTATUS(wait_status(*pid)), 0);
+    EXPECT_NE(std::string(w.net), ours);
+    EXPECT_EQ(std::string(w.net), "net:[" + std::to_string(made_st.st_ino) + "]");
+    EXPECT_EQ(link_of("/proc/thread-self/ns/net"), ours);  // only the helper moved
+    // Our own Cpus_allowed_list, from the thread that reads it.
+    char text[4096] = {};
+    int fd = ::open("/proc/thread-self/status", O_RDONLY | O_CLOEXEC);
+    ASSERT_GT(::read(fd, text, sizeof text - 1), 0);
+    ::close(fd);
+    const char* line = std::strstr(text, "Cpus_allowed_list:");
+    ASSERT_NE(line, nullptr);
+    EXPECT_EQ(std::string(w.cpus), std::string(line, std::strcspn(line, "\n")));
+}
+
+// A fork's path: the namespace is taken, the helper clones nothing and ends with this object;
+// the namespace lives on in the fd.
+TEST(CloneHelper, ANamespaceTakenOutlivesAHelperThatClonedNothing) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root";
+    std::optional<OpenNamespace> net;
+    {
+        CloneHelper helper(CloneHelper::Options{.make_network_namespace = true});
+        auto made = helper.take_network_namespace();
+        ASSERT_TRUE(made) << made.error().what();
+        net = std::move(*made);
+        auto again = helper.take_network_namespace();
+        ASSERT_TRUE(again);
+        EXPECT_FALSE(again->has_value());  // taken once
+    }
+    ASSERT_TRUE(net);
+    EXPECT_EQ(net->clone_flag, CLONE_NEWNET);
+    struct stat st {};
+    EXPECT_EQ(::fstat(net->fd.get(), &st), 0);
+}
+
+TEST(CloneHelper, WithoutANetworkNamespaceAskedForTakesNoneAndClonesInOurs) {
+    std::string ours = link_of("/proc/thread-self/ns/net");
+    CloneHelper helper(CloneHelper::Options{});
+    auto made = helper.take_network_namespace();
+    ASSERT_TRUE(made) << made.error().what();
+    EXPECT_FALSE(made->has_value());
+    WhereBorn w;
+    auto pid = helper.clone(report_network_and_cpus, &w, 0, nullptr);
+    ASSERT_TRUE(pid) << pid.error().what();
+    EXPECT_EQ(WEXITSTATUS(wait_status(*pid)), 0);
+    EXPECT_EQ(std::string(w.net), ours);
+    auto twice = helper.clone(report_network_and_cpus, &w, 0, nullptr);
+    EXPECT_FALSE(twice);
+}
+
+TEST(CloneHelper, AHelperNeverAskedEndsWithItsObject) {
+    for (int i = 0; i < 20; ++i) CloneHelper helper(CloneHelper::Options{.make_network_namespace = i % 2 == 0});
+    // Nothing to wait for: each destructor joined its thread.
+    SUCCEED();
 }

@@ -436,7 +436,10 @@ private:
     bool terminal_ = false;
     Plan plan_;
     std::optional<WarmTemplateRequest> warm_request_;
-    std::optional<NetworkNamespaceAhead> network_ahead_;
+    // Started at the config's read when the cold path will likely want it: it makes the
+    // network namespace meanwhile, and clones init (or hands the namespace to a fork).
+    std::optional<CloneHelper> clone_helper_;
+    bool network_in_helper_ = false;  // the helper is in the container's network namespace
 
     // prepare_state
     int preserve_fds_ = 0;
@@ -490,11 +493,12 @@ Result<void> ContainerCreation::load_and_plan() {
     FB_ASSIGN(bundle_, absolute_bundle(opt_.bundle));
     FB_ASSIGN(std::string text, read_bundle_config(bundle_));
     // The cold path's network namespace is made on the other CPU while we go on, instead of
-    // by the clone: begun now, on what a scan of the text says, the kernel's ~0.7 ms for it
-    // overlap the parse too. Not when a template may bring one (--zygote).
+    // by the clone, by the thread that will clone init: begun now, on what a scan of the text
+    // says, the kernel's ~0.7 ms for it overlap the parse too. Not when a template may bring
+    // one (--zygote).
     if (auto hint = oci::scan_namespaces(text);
         hint && hint->makes_network && !hint->makes_user && !hint->joins_any && opt_.zygote_socket.empty())
-        network_ahead_.emplace();
+        clone_helper_.emplace(CloneHelper::Options{.make_network_namespace = true});
     FB_ASSIGN(cfg_, parse_bundle_config(std::move(text), store_.root()));
     terminal_ = spec().process && spec().process->terminal;
     // Without a pty_master to fill, the container detaches from us: runc's rules apply.
@@ -513,9 +517,9 @@ Result<void> ContainerCreation::load_and_plan() {
     bool network_ahead = (plan_.new_namespaces & CLONE_NEWNET) && !(plan_.new_namespaces & CLONE_NEWUSER) &&
                          !plan_.needs_intermediate() && !warm_request_->asked();
     if (!network_ahead) {
-        network_ahead_.reset();
-    } else if (!network_ahead_) {
-        network_ahead_.emplace();
+        clone_helper_.reset();
+    } else if (!clone_helper_) {
+        clone_helper_.emplace(CloneHelper::Options{.make_network_namespace = true});
     }
     if (!spec().process || plan_.process.args.empty()) return fail(EINVAL, "config.json: process.args must not be empty");
     return {};
@@ -828,10 +832,11 @@ Result<void> ContainerCreation::clone_and_drive_init() {
     }
     for (const auto& fd : bind_sources_) args_.bind_source_trees.push_back(fd.get());
     // Taken as late as can be: the thread takes ~0.7 ms, which the cgroups' mkdirs overlap.
-    if (network_ahead_) {
-        FB_ASSIGN(std::optional<OpenNamespace> net, network_ahead_->take());
-        if (net) warm_.namespaces.push_back(std::move(*net));  // entered for the clone, as a template's
-        network_ahead_.reset();
+    // Entered for the clone, as a template's: by us around a fork, or already by the helper.
+    if (clone_helper_) {
+        FB_ASSIGN(std::optional<OpenNamespace> net, clone_helper_->take_network_namespace());
+        network_in_helper_ = net.has_value();
+        if (net) warm_.namespaces.push_back(std::move(*net));
     }
     int warm_flags = warm_.clone_flags();
 
@@ -965,6 +970,8 @@ Result<void> ContainerCreation::clone_init(uint64_t flags) {
             unified_procs_ = std::move(procs);
         }
     }
+    // A fork takes the network namespace from us (entered around it): the helper may end.
+    if (!shared_memory_init) clone_helper_.reset();
     trace::mark("create: clone");
     Result<void> go;
     {
@@ -976,14 +983,18 @@ Result<void> ContainerCreation::clone_init(uint64_t flags) {
         }
         if (shared_memory_init) {
             trace::mark("create: init shares memory");
-            auto pid = clone_child_on_shared_memory(start_init_on_shared_memory, &shared_start_, static_cast<int>(flags),
-                                                    [this]() -> Result<void> {
-                                                        for (const auto& ns : warm_.namespaces)
-                                                            if (::setns(ns.fd.get(), ns.clone_flag) < 0)
-                                                                return sys_error("enter " + ns.path);
-                                                        return {};
-                                                    },
-                                                    cgroups_.unified_fd());
+            if (!clone_helper_) clone_helper_.emplace(CloneHelper::Options{});
+            auto pid = clone_helper_->clone(start_init_on_shared_memory, &shared_start_, static_cast<int>(flags),
+                                            [this]() -> Result<void> {
+                                                for (const auto& ns : warm_.namespaces) {
+                                                    // The helper made it, and is in it.
+                                                    if (network_in_helper_ && ns.clone_flag == CLONE_NEWNET) continue;
+                                                    if (::setns(ns.fd.get(), ns.clone_flag) < 0)
+                                                        return sys_error("enter " + ns.path);
+                                                }
+                                                return {};
+                                            },
+                                            cgroups_.unified_fd());
             // The helper thread's error: its errno is not ours. Nothing was cloned, nor entered here.
             if (!pid) return std::unexpected(pid.error().wrap("clone container init"));
             child_ = *pid;

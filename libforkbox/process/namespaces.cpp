@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <linux/nsfs.h>
 #include <net/if.h>
-#include <pthread.h>
 #include <sched.h>
 #include <spawn.h>
 #include <sys/ioctl.h>
@@ -280,64 +279,14 @@ Result<bool> network_namespace_is_owned_here() {
 
 }  // namespace
 
-NetworkNamespaceAhead::NetworkNamespaceAhead() {
-    // On another CPU than the caller's: a thread woken on this one preempts the caller and
-    // keeps the CPU for the whole unshare (seen: the caller stalled ~0.57 ms, until the
-    // thread was done), while the other CPU idles. With one CPU there is nothing to overlap.
-    cpu_set_t cpus;
-    int here = ::sched_getcpu();
-    if (::sched_getaffinity(0, sizeof cpus, &cpus) < 0 || here < 0 || CPU_COUNT(&cpus) < 2) return;
-    CPU_CLR(here, &cpus);
-    pthread_attr_t attr;
-    if (::pthread_attr_init(&attr) != 0) return;
-    ::pthread_attr_setaffinity_np(&attr, sizeof cpus, &cpus);
-    ::pthread_attr_setstacksize(&attr, 256 << 10);
-    started_ = ::pthread_create(&thread_, &attr, &NetworkNamespaceAhead::make, this) == 0;
-    ::pthread_attr_destroy(&attr);
-}
-
-void* NetworkNamespaceAhead::make(void* self) {
-    auto& ahead = *static_cast<NetworkNamespaceAhead*>(self);
-    // A thread's network namespace is its own (nsproxy is per task): the caller's other
-    // threads stay where they are.
-    auto home_is_ours = network_namespace_is_owned_here();
-    if (!home_is_ours || !*home_is_ours) {
-        if (!home_is_ours) ahead.made_ = std::unexpected(home_is_ours.error());
-        return nullptr;
-    }
-    if (::unshare(CLONE_NEWNET) < 0) {
-        ahead.made_ = sys_error("unshare the container's network namespace");
-        return nullptr;
-    }
+Result<std::optional<unique_fd>> move_thread_to_new_network_namespace() {
+    FB_ASSIGN(bool home_is_ours, network_namespace_is_owned_here());
+    if (!home_is_ours) return std::nullopt;
+    if (::unshare(CLONE_NEWNET) < 0) return sys_error("unshare the container's network namespace");
     unique_fd fd(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
-    if (!fd) {
-        ahead.made_ = sys_error("open the new network namespace");
-        return nullptr;
-    }
-    if (auto up = bring_up_loopback(); !up) {
-        ahead.made_ = std::unexpected(up.error());
-        return nullptr;
-    }
-    ahead.made_ = std::move(fd);
-    return nullptr;
-}
-
-void NetworkNamespaceAhead::join() {
-    if (started_) ::pthread_join(thread_, nullptr);
-    started_ = false;
-}
-
-NetworkNamespaceAhead::~NetworkNamespaceAhead() { join(); }
-
-Result<std::optional<OpenNamespace>> NetworkNamespaceAhead::take() {
-    join();
-    if (!made_) return std::unexpected(made_.error());
-    if (!*made_) return std::nullopt;
-    OpenNamespace ns;
-    ns.clone_flag = CLONE_NEWNET;
-    ns.path = "network namespace made ahead";
-    ns.fd = std::move(*made_);
-    return ns;
+    if (!fd) return sys_error("open the new network namespace");
+    FB_TRY(bring_up_loopback());
+    return std::optional<unique_fd>(std::move(fd));
 }
 
 Result<void> set_hostname(const std::string& name) {

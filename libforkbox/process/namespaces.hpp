@@ -1,7 +1,6 @@
 // Linux namespaces: joining by path (type-checked), id mappings, time offsets, hostname.
 #pragma once
 
-#include <pthread.h>
 #include <sys/types.h>
 
 #include <optional>
@@ -65,30 +64,13 @@ Result<void> write_id_mappings(pid_t pid, const std::vector<oci::IdMapping>& uid
 // before this returns. Needs root in the initial user namespace for arbitrary maps.
 Result<unique_fd> new_user_namespace(const std::vector<oci::IdMapping>& uids, const std::vector<oci::IdMapping>& gids);
 
-// A network namespace made by a thread of its own, with its loopback up, while the caller
-// does its other work: the kernel takes ~0.7 ms to make one on these VMs (most of a cold
-// clone3 with runc's namespaces), time that then leaves the create's critical path. The
-// namespace belongs to the caller's user namespace, as one made by the clone would; take()
-// waits for the thread, and a namespace never taken is closed (so freed) with this object.
-// take() gives none when the caller's own network namespace belongs to an outer user
-// namespace (the runtime run as root of a user namespace, as by rootless podman): a
-// visit to the new one could not come back, so the clone must make it.
-class NetworkNamespaceAhead {
-public:
-    NetworkNamespaceAhead();
-    NetworkNamespaceAhead(const NetworkNamespaceAhead&) = delete;
-    NetworkNamespaceAhead& operator=(const NetworkNamespaceAhead&) = delete;
-    ~NetworkNamespaceAhead();
-    Result<std::optional<OpenNamespace>> take();
-
-private:
-    static void* make(void* self);
-    void join();
-
-    Result<unique_fd> made_ = unique_fd();  // set by the thread; empty: none made
-    pthread_t thread_{};
-    bool started_ = false;
-};
+// Moves the calling thread (nsproxy is per task: the process's other threads stay where they
+// are) into a new network namespace with its loopback up, and returns an fd of it. The
+// namespace belongs to the caller's user namespace, as one made by a clone would. nullopt,
+// with nothing changed, when the thread's own network namespace belongs to an outer user
+// namespace (the runtime run as root of a user namespace, as by rootless podman): a visit
+// to the new one could not come back, so a clone must make it.
+Result<std::optional<unique_fd>> move_thread_to_new_network_namespace();
 
 // Text of an id map file: "0 100000 65536\n" per mapping (pure).
 std::string format_id_mappings(const std::vector<oci::IdMapping>& maps);
