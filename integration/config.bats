@@ -453,6 +453,21 @@ host_has_cap() {
 file"
 }
 
+@test "masked directories are each empty and read-only" {
+	mkdir "$BUNDLE/rootfs/secret-a" "$BUNDLE/rootfs/secret-b"
+	echo secret >"$BUNDLE/rootfs/secret-a/file"
+	echo secret >"$BUNDLE/rootfs/secret-b/file"
+	update_config '.root.readonly = false | .linux.maskedPaths = ["/secret-a", "/secret-b"]'
+	run_sh '/bin/fbhelper ls /secret-a; echo listed-a; /bin/fbhelper ls /secret-b; echo listed-b;
+		/bin/fbhelper write /secret-a/new text 2>&1 || echo refused-a; /bin/fbhelper write /secret-b/new text 2>&1 || echo refused-b'
+	assert_success
+	assert_line --index 0 listed-a
+	assert_line --index 1 listed-b
+	assert_line refused-a
+	assert_line refused-b
+	assert_output --partial "Read-only file system"
+}
+
 @test "readonlyPaths make paths read-only in a writable rootfs" {
 	mkdir "$BUNDLE/rootfs/rodir" "$BUNDLE/rootfs/rwdir"
 	update_config '.root.readonly = false | .linux.readonlyPaths = ["/rodir"]'
