@@ -262,3 +262,32 @@ TEST(CloneHelper, AHelperNeverAskedEndsWithItsObject) {
     // Nothing to wait for: each destructor joined its thread.
     SUCCEED();
 }
+
+// A helper whose thread cannot start (here a v1 pids limit reached) makes no namespace, so a
+// fork's clone makes it, and a clone by the helper says why it has none.
+TEST(CloneHelper, WithoutItsThreadTakesNoNamespaceAndReportsTheCloneFailure) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root";
+    std::string dir = "/sys/fs/cgroup/pids/forkbox-unit-helper-" + std::to_string(::getpid());
+    if (::mkdir(dir.c_str(), 0755) != 0) GTEST_SKIP() << "no v1 pids hierarchy to limit us with";
+    pid_t child = ::fork();
+    if (child == 0) {
+        auto put = [](const std::string& path, const std::string& text) {
+            int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+            bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+            if (fd >= 0) ::close(fd);
+            return ok;
+        };
+        if (!put(dir + "/cgroup.procs", "0") || !put(dir + "/pids.max", "1")) _exit(10);
+        CloneHelper helper(CloneHelper::Options{.make_network_namespace = true});
+        auto made = helper.take_network_namespace();
+        if (!made) _exit(11);
+        if (made->has_value()) _exit(12);
+        auto pid = helper.clone(exec_true, nullptr, 0, nullptr);
+        if (pid) _exit(13);
+        _exit(pid.error().errnum() == EAGAIN ? 0 : 14);
+    }
+    int status = wait_status(child);
+    ::rmdir(dir.c_str());
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+}

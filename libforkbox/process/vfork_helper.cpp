@@ -217,8 +217,9 @@ CloneHelper::~CloneHelper() {
 }
 
 Result<std::optional<OpenNamespace>> CloneHelper::take_network_namespace() {
-    if (start_error_) return fail(start_error_, "start a thread to make the network namespace in");
-    if (!h_->make_network_namespace) return std::nullopt;
+    // No thread (a pids limit, say): none made, the clone makes it, as without a helper; a
+    // clone by this helper reports why it has none.
+    if (start_error_ || !h_->make_network_namespace) return std::nullopt;
     futex_wait(h_->prepared, 0);
     if (!h_->network) return std::unexpected(h_->network.error());
     if (!*h_->network) return std::nullopt;

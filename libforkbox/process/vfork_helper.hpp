@@ -56,9 +56,9 @@ public:
     // A helper that cloned nothing ends, with its network namespace unless it was taken.
     ~CloneHelper();
 
-    // The network namespace the helper made, once made: nullopt when none was asked for, or
-    // when the caller's own is owned by an outer user namespace (see namespaces.hpp: the
-    // clone must make it). For a child the helper does not clone (a fork): the helper stays
+    // The network namespace the helper made, once made: nullopt when none was asked for, when
+    // the helper's thread could not start, or when the caller's own is owned by an outer
+    // user namespace (see namespaces.hpp): the clone must make it then. For a child the helper does not clone (a fork): the helper stays
     // in it, so a child it clones later is born in it all the same.
     Result<std::optional<OpenNamespace>> take_network_namespace();
 
