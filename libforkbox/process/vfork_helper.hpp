@@ -37,11 +37,12 @@ struct ReleaseCaller {
 
 using SharedMemoryChild = void (*)(void* arg, ReleaseCaller release);
 
-// The thread that clones, started ahead of the clone so that its start (the thread, the
-// child's stack and heap written) overlaps the caller's work, and, when asked, moved first
+// The thread that clones, started before the clone is asked for and, when asked, moved first
 // into a new network namespace of its own on another CPU (the kernel takes ~0.7-0.9 ms to
-// make one on these VMs): a child it clones is born there. One thread for both: on these
-// VMs a thread's start costs its creator ~0.1-0.2 ms.
+// make one on these VMs) while the caller goes on: a child it clones is born there. One
+// thread for both: on these VMs a thread's start costs its creator ~0.1-0.2 ms. The child's
+// stack and heap are written at the clone, not ahead: written while the caller works, the
+// page-table work of one process on two CPUs slowed the caller as much as it saved.
 struct CloneHandoff;
 
 class CloneHelper {
@@ -56,10 +57,11 @@ public:
     // A helper that cloned nothing ends, with its network namespace unless it was taken.
     ~CloneHelper();
 
-    // The network namespace the helper made, once made: nullopt when none was asked for, when
-    // the helper's thread could not start, or when the caller's own is owned by an outer
-    // user namespace (see namespaces.hpp): the clone must make it then. For a child the helper does not clone (a fork): the helper stays
-    // in it, so a child it clones later is born in it all the same.
+    // The network namespace the helper made, once made, for a child it does not clone (a
+    // fork, which is entered into it): nullopt when none was asked for, when the helper's
+    // thread could not start, or when the caller's own is owned by an outer user namespace
+    // (see namespaces.hpp); the clone must make it then. The helper stays in it: a child it
+    // clones later is born in it all the same.
     Result<std::optional<OpenNamespace>> take_network_namespace();
 
     // Starts child(arg, release) with the CLONE_NEW* `flags` and returns its pid once it has
