@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -270,6 +271,42 @@ TEST(CloneHelper, WithoutANetworkNamespaceAskedForTakesNoneAndClonesInOurs) {
     EXPECT_EQ(std::string(w.net), ours);
     auto twice = helper.clone(report_network_and_cpus, &w, 0, nullptr);
     EXPECT_FALSE(twice);
+}
+
+namespace {
+
+struct WhileCloning {
+    std::atomic<int> caller_worked{0};
+    int saw_caller_work = 0;
+};
+
+// Waits (up to ~5 s) for the caller's work before releasing it: seen only if that work runs
+// while we are still cloned and unreleased.
+void wait_for_caller_work(void* p, ReleaseCaller release) {
+    auto* w = static_cast<WhileCloning*>(p);
+    for (int i = 0; i < 5000 && !w->caller_worked.load(); ++i) ::usleep(1000);
+    w->saw_caller_work = w->caller_worked.load();
+    release();
+    _exit(0);
+}
+
+}  // namespace
+
+TEST(CloneHelper, WorkWhileCloningRunsOnTheCallerBeforeTheChildReleasesIt) {
+    WhileCloning w;
+    pid_t caller = static_cast<pid_t>(::syscall(SYS_gettid));
+    pid_t ran_on = 0;
+    CloneHelper helper(CloneHelper::Options{});
+    auto pid = helper.clone(wait_for_caller_work, &w, 0, nullptr, -1, [&] {
+        ran_on = static_cast<pid_t>(::syscall(SYS_gettid));
+        w.caller_worked.store(1);
+    });
+    ASSERT_TRUE(pid) << pid.error().what();
+    EXPECT_EQ(ran_on, caller);
+    EXPECT_EQ(w.saw_caller_work, 1);
+    int status = wait_status(*pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST(CloneHelper, AHelperNeverAskedEndsWithItsObject) {

@@ -424,6 +424,7 @@ private:
     Result<void> prepare_systemd_unit(std::vector<CgroupWrite> writes);
     Result<void> start_systemd_unit();
     bool v1_cgroups_may_follow_clone() const;
+    Result<void> make_v1_cgroups();
     Result<void> place_v1_cgroups();
 
     const StateStore& store_;
@@ -457,10 +458,11 @@ private:
     WarmStart warm_;
     CgroupPlacement cgroups_;
     std::vector<std::string> mounted_cgroup_dirs_;  // without cgroups of its own: the caller's
-    // v1 hosts, cold: the v1 cgroups and their writes, made after the clone (place_v1_cgroups).
+    // v1 hosts, cold: the v1 cgroups and their writes, made as init starts (place_v1_cgroups).
     bool v1_cgroups_follow_ = false;
     std::vector<CgroupWrite> v1_cgroup_writes_;
     CgroupPlacement v1_cgroups_;
+    std::optional<Result<void>> v1_cgroups_made_;  // their mkdirs, done while the helper clones init
     // The systemd driver: the manager, the unit's properties but PIDs, and the cgroupfs writes
     // held back until the unit (and so its cgroups) exists. Declared after cgroups_: a unit
     // started by a create that fails is stopped before forkbox's own cgroups are removed.
@@ -660,7 +662,8 @@ Result<void> ContainerCreation::place_cgroups() {
 }
 
 // On a v1 or hybrid host, the cold path makes the v1 cgroups (a mkdir per hierarchy, ~0.3 ms
-// here) while init mounts on the other CPU: init joins them before its cgroup mount binds
+// here) while init starts on the other CPU: their mkdirs while the helper clones it (after a
+// fork: once it runs), their limits after Go. Init joins them before its cgroup mount binds
 // them, and before any hook or process of the container runs. Itself, by writing 0 to their
 // `tasks`: the kernel moves the caller without its threadgroup lock, whose write side, taken
 // to move another process, can wait for an RCU grace period. Not when the cgroups must
@@ -675,10 +678,17 @@ bool ContainerCreation::v1_cgroups_may_follow_clone() const {
            !plan_.needs_intermediate();
 }
 
-Result<void> ContainerCreation::place_v1_cgroups() {
+Result<void> ContainerCreation::make_v1_cgroups() {
     std::vector<bool> made_already;
     for (const auto& h : layout_.hierarchies) made_already.push_back(h.unified);
     FB_ASSIGN(v1_cgroups_, create_cgroups(layout_, plan_.cgroups_path, {}, {}, made_already));
+    trace::mark("create: v1 cgroup dirs made");
+    return {};
+}
+
+Result<void> ContainerCreation::place_v1_cgroups() {
+    if (!v1_cgroups_made_) v1_cgroups_made_ = make_v1_cgroups();
+    FB_TRY(*v1_cgroups_made_);
     FB_TRY(apply_cgroup_writes(v1_cgroup_writes_, layout_, cgroups_.dirs()));
     std::vector<std::string> created = cgroups_.created();
     created.insert(created.end(), v1_cgroups_.created().begin(), v1_cgroups_.created().end());
@@ -994,7 +1004,11 @@ Result<void> ContainerCreation::clone_init(uint64_t flags) {
                                                 }
                                                 return {};
                                             },
-                                            cgroups_.unified_fd());
+                                            cgroups_.unified_fd(), [this] {
+                                                // On our CPU while init starts on the other:
+                                                // the mkdirs touch nothing init reads.
+                                                if (v1_cgroups_follow_) v1_cgroups_made_ = make_v1_cgroups();
+                                            });
             // The helper thread's error: its errno is not ours. Nothing was cloned, nor entered here.
             if (!pid) return std::unexpected(pid.error().wrap("clone container init"));
             child_ = *pid;

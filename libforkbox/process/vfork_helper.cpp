@@ -232,7 +232,8 @@ Result<std::optional<OpenNamespace>> CloneHelper::take_network_namespace() {
 }
 
 Result<pid_t> CloneHelper::clone(SharedMemoryChild child, void* arg, int flags,
-                                 std::function<Result<void>()> in_helper, int cgroup_fd) {
+                                 std::function<Result<void>()> in_helper, int cgroup_fd,
+                                 const std::function<void()>& while_cloning) {
     if (start_error_) return fail(start_error_, "start a thread to clone from");
     if (!joinable_) return fail(EINVAL, "the clone helper cloned once already");
     Handoff* h = h_.get();
@@ -243,6 +244,7 @@ Result<pid_t> CloneHelper::clone(SharedMemoryChild child, void* arg, int flags,
     h->in_helper = std::move(in_helper);
     h->request.store(kClone, std::memory_order_release);
     futex_wake(h->request);
+    if (while_cloning) while_cloning();
     futex_wait(h->stage, kCloning);
     joinable_ = false;
     if (h->stage.load(std::memory_order_acquire) == kFailed) {

@@ -70,9 +70,11 @@ public:
     // error is returned and nothing is cloned. The child is born with every signal blocked,
     // with the CPUs the caller had, in the helper's network namespace (with CLONE_NEWNET in
     // `flags`: a new one), and in the cgroup v2 directory `cgroup_fd` where the kernel can
-    // (clone3's CLONE_INTO_CGROUP; x86_64). Once only.
+    // (clone3's CLONE_INTO_CGROUP; x86_64). `while_cloning` runs on the caller meanwhile, on
+    // the caller's CPU while the child starts on the helper's: it must leave alone what the
+    // child reads until it is released. Once only.
     Result<pid_t> clone(SharedMemoryChild child, void* arg, int flags, std::function<Result<void>()> in_helper,
-                        int cgroup_fd = -1);
+                        int cgroup_fd = -1, const std::function<void()>& while_cloning = {});
 
 private:
     std::shared_ptr<CloneHandoff> h_;

@@ -26,7 +26,7 @@ KL_INIT_MARKS=(
 # (CLONE_PARENT, so init is create's child too), and create learns init's pid.
 KL_INTERMEDIATE_MARKS=("intermediate: forked" "create: init pid" "init: forked")
 # On a v1 or hybrid host, cold: create makes the v1 cgroups after the clone, init joins them.
-KL_V1_LATE_MARKS=("create: v1 cgroups made" "init: v1 cgroups joined")
+KL_V1_LATE_MARKS=("create: v1 cgroup dirs made" "create: v1 cgroups made" "init: v1 cgroups joined")
 # kl_has_v1: this host has a cgroup v1 hierarchy.
 kl_has_v1() { grep -q ' - cgroup ' /proc/self/mountinfo; }
 # With a new user namespace: create writes init's id maps.
