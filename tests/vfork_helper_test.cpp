@@ -309,6 +309,58 @@ TEST(CloneHelper, WorkWhileCloningRunsOnTheCallerBeforeTheChildReleasesIt) {
     EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+namespace {
+
+// Our mappings the size of a child's stack (2 MiB without its guard page).
+int child_stack_maps() {
+    FILE* maps = std::fopen("/proc/self/maps", "r");
+    if (!maps) return -1;
+    int n = 0;
+    unsigned long from, to;
+    char rest[512];
+    while (std::fscanf(maps, "%lx-%lx%511[^\n]", &from, &to, rest) == 3)
+        if (to - from == (2ul << 20)) ++n;
+    std::fclose(maps);
+    return n;
+}
+
+bool child_stack_maps_become(int n) {
+    for (int i = 0; i < 2000; ++i) {
+        if (child_stack_maps() == n) return true;
+        ::usleep(1000);
+    }
+    return false;
+}
+
+}  // namespace
+
+TEST(CloneHelper, AChildPreparedForIsClonedOnTheStackMappedAhead) {
+    int before = child_stack_maps();
+    Shared s;
+    CloneHelper helper(CloneHelper::Options{});
+    helper.prepare_child();
+    EXPECT_TRUE(child_stack_maps_become(before + 1));
+    auto pid = helper.clone(copy_release_exit, &s, 0, nullptr);
+    ASSERT_TRUE(pid) << pid.error().what();
+    EXPECT_EQ(s.copied, "the caller's");
+    int status = wait_status(*pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 3);
+    // Once the child is gone, the helper unmaps its stack.
+    EXPECT_TRUE(child_stack_maps_become(before));
+}
+
+TEST(CloneHelper, AHelperPreparedButNeverAskedToCloneUnmapsTheStack) {
+    int before = child_stack_maps();
+    {
+        CloneHelper helper(CloneHelper::Options{.make_network_namespace = ::geteuid() == 0});
+        helper.prepare_child();
+        helper.prepare_child();  // once is enough
+        EXPECT_TRUE(child_stack_maps_become(before + 1));
+    }
+    EXPECT_EQ(child_stack_maps(), before);
+}
+
 TEST(CloneHelper, AHelperNeverAskedEndsWithItsObject) {
     // Earlier tests' helpers, detached, end once their child is gone: not ours to count.
     for (int i = 0; i < 2000 && our_threads() > 1; ++i) ::usleep(1000);

@@ -559,6 +559,7 @@ Result<void> ContainerCreation::prepare_state() {
     }
     trace::mark("create: seccomp ready");
 
+
     FB_ASSIGN(ContainerDir dir, store_.create(opt_.id));
     dir_.emplace(std::move(dir));
     dir_guard_.emplace(&*dir_);
@@ -608,6 +609,9 @@ Result<void> ContainerCreation::place_cgroups() {
     trace::mark("create: zygote answered");
     if (!plan_.systemd_unit.empty()) return prepare_systemd_unit(std::move(cgroup_writes));
     FB_TRY(record_cgroups(planned_cgroups(layout_, plan_.cgroups_path)));
+    // What is left before the clone faults little: the helper maps and writes the child's
+    // stack and heap meanwhile (a fork's path ends it, and the stack is unmapped).
+    if (clone_helper_) clone_helper_->prepare_child();
     // The v1 hierarchies' dirs are named now (init binds them), made after the clone.
     std::vector<bool> made_later;
     v1_cgroups_follow_ = v1_cgroups_may_follow_clone();

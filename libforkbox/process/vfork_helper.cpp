@@ -19,7 +19,7 @@
 namespace forkbox {
 
 enum Stage : int { kCloning = 0, kReleased = 1, kGone = 2, kFailed = 3 };
-enum Request : int { kWaiting = 0, kClone = 1, kQuit = 2 };
+enum Request : int { kWaiting = 0, kClone = 1, kQuit = 2, kPrepare = 3 };
 
 struct CloneHandoff {
     std::atomic<int> stage{kCloning};     // the caller sleeps on it (futex)
@@ -126,6 +126,23 @@ pid_t clone_child(Handoff* h) {
     return ::clone(child_entry, h->stack_top, flags | SIGCHLD, h, &h->pid);
 }
 
+// The child's stack, mapped with its first pages written, and the first pages of our arena,
+// from which the child allocates (it runs on our thread-local state): written before it runs.
+// Not the caller's arena: a caller killed while holding that arena's lock would leave the
+// child stuck. Once; a failure leaves nothing mapped.
+Result<void> prepare_child_memory(Handoff* h) {
+    if (h->stack_map) return {};
+    void* map = ::mmap(nullptr, kStackBytes + kGuard, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED) return sys_error("map a stack for the child");
+    ::mprotect(map, kGuard, PROT_NONE);
+    h->stack_map = map;
+    h->stack_top = static_cast<char*>(map) + kGuard + kStackBytes;
+    (void)::madvise(h->stack_top - kStackPrefault, kStackPrefault, MADV_POPULATE_WRITE);
+    prefault::warm_thread_heap(kChildHeapBytes);
+    return {};
+}
+
 void* helper_main(void* p) {
     std::unique_ptr<std::shared_ptr<Handoff>> ref(static_cast<std::shared_ptr<Handoff>*>(p));
     Handoff* h = ref->get();
@@ -138,24 +155,19 @@ void* helper_main(void* p) {
         futex_wake(h->prepared);
     }
     futex_wait(h->request, kWaiting);
-    if (h->request.load(std::memory_order_acquire) != kClone) return nullptr;
-    // Only now, not while the caller works: mapping takes the lock of the memory we share,
-    // which the caller's own faults and allocations wait for.
-    void* map = ::mmap(nullptr, kStackBytes + kGuard, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
-    if (map == MAP_FAILED) {
-        h->error = sys_error("map a stack for the child");
+    if (h->request.load(std::memory_order_acquire) == kPrepare) {
+        (void)prepare_child_memory(h);  // a failure shows at the clone, which tries again
+        futex_wait(h->request, kPrepare);
+    }
+    if (h->request.load(std::memory_order_acquire) != kClone) {
+        if (h->stack_map) ::munmap(h->stack_map, kStackBytes + kGuard);
+        return nullptr;
+    }
+    if (auto r = prepare_child_memory(h); !r) {
+        h->error = std::move(r);
         set_stage(h, kFailed);
         return nullptr;
     }
-    ::mprotect(map, kGuard, PROT_NONE);
-    h->stack_map = map;
-    h->stack_top = static_cast<char*>(map) + kGuard + kStackBytes;
-    (void)::madvise(h->stack_top - kStackPrefault, kStackPrefault, MADV_POPULATE_WRITE);
-    // The child runs on our thread-local state, so what it allocates (its copies of the
-    // caller's) comes from our arena: ready and written before it runs. Not the caller's
-    // arena: a caller killed while holding that arena's lock would leave the child stuck.
-    prefault::warm_thread_heap(kChildHeapBytes);
     // The child is born with our CPUs: the caller's, not the one we were kept on.
     if (h->pinned) ::sched_setaffinity(0, sizeof h->caller_cpus, &h->caller_cpus);
     if (h->in_helper) {
@@ -214,6 +226,12 @@ CloneHelper::~CloneHelper() {
     h_->request.store(kQuit, std::memory_order_release);
     futex_wake(h_->request);
     ::pthread_join(thread_, nullptr);
+}
+
+void CloneHelper::prepare_child() {
+    if (!joinable_) return;
+    int waiting = kWaiting;
+    if (h_->request.compare_exchange_strong(waiting, kPrepare, std::memory_order_acq_rel)) futex_wake(h_->request);
 }
 
 Result<std::optional<OpenNamespace>> CloneHelper::take_network_namespace() {

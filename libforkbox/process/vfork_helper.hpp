@@ -41,8 +41,9 @@ using SharedMemoryChild = void (*)(void* arg, ReleaseCaller release);
 // into a new network namespace of its own on another CPU (the kernel takes ~0.7-0.9 ms to
 // make one on these VMs) while the caller goes on: a child it clones is born there. One
 // thread for both: on these VMs a thread's start costs its creator ~0.1-0.2 ms. The child's
-// stack and heap are written at the clone, not ahead: written while the caller works, the
-// page-table work of one process on two CPUs slowed the caller as much as it saved.
+// stack and heap are written when the caller asks (prepare_child), else at the clone: asked
+// while the caller still faults much (parsing, say), the page-table work of one process on
+// two CPUs at once slowed the caller as much as it saved.
 struct CloneHandoff;
 
 class CloneHelper {
@@ -63,6 +64,11 @@ public:
     // (see namespaces.hpp); the clone must make it then. The helper stays in it: a child it
     // clones later is born in it all the same.
     Result<std::optional<OpenNamespace>> take_network_namespace();
+
+    // Asks the helper to map the child's stack and write its first pages (and its heap's)
+    // now, ahead of clone(): best once what the caller has left to do faults little (see
+    // above). Unmapped again if the helper ends without cloning.
+    void prepare_child();
 
     // Starts child(arg, release) with the CLONE_NEW* `flags` and returns its pid once it has
     // released us (or died). `in_helper` runs first on the helper thread (setns of the
