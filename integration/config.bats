@@ -602,6 +602,19 @@ ok"
 	done
 }
 
+@test "with the cgroup mount, a created container's init is in its own cgroup in every hierarchy" {
+	# On v1 and hybrid hosts init joins the v1 cgroups through the tasks files create opened
+	# and passed with CgroupsPlaced, before its cgroup mount binds them.
+	update_config '.linux.cgroupsPath = $p' --arg p "/$CID-cg"
+	create_container "$CID" || fail "create: $(container_err "$CID")"
+	local line n=0
+	while IFS= read -r line; do
+		[[ $line == *":/$CID-cg" ]] || fail "not in the container's cgroup: $line"
+		n=$((n + 1))
+	done < "/proc/$(container_pid "$CID")/cgroup"
+	[ "$n" -gt 0 ] || fail "no cgroup listed"
+}
+
 @test "a time namespace with a boottime offset shifts the container's uptime" {
 	update_config '.linux.namespaces += [{"type": "time"}]
 		| .linux.timeOffsets = {"boottime": {"secs": 100000000, "nanosecs": 0},

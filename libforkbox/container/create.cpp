@@ -245,10 +245,10 @@ Result<pid_t> drive_init(pid_t child, bool intermediate, int sync_fd, const Plan
             break;
         }
         case SyncType::SeccompListener: {
-            if (!seccomp || !msg->fd) return fail(EPROTO, "sync: unexpected seccomp listener");
+            if (!seccomp || msg->fds.size() != 1) return fail(EPROTO, "sync: unexpected seccomp listener");
             std::string doc = container_process_state(state, "creating", init_pid > 0 ? init_pid : child,
                                                       seccomp->listener_metadata);
-            FB_TRY(hand_listener_to_agent(seccomp->listener_path, msg->fd.get(), doc));
+            FB_TRY(hand_listener_to_agent(seccomp->listener_path, msg->fds[0].get(), doc));
             FB_TRY(sync_send(sync_fd, SyncType::SeccompListenerDone));
             break;
         }
@@ -463,6 +463,7 @@ private:
     std::vector<CgroupWrite> v1_cgroup_writes_;
     CgroupPlacement v1_cgroups_;
     std::optional<Result<void>> v1_cgroups_made_;  // their mkdirs, done while the helper clones init
+    std::vector<unique_fd> v1_task_files_;          // for init, with CgroupsPlaced: its opens spared
     // The systemd driver: the manager, the unit's properties but PIDs, and the cgroupfs writes
     // held back until the unit (and so its cgroups) exists. Declared after cgroups_: a unit
     // started by a create that fails is stopped before forkbox's own cgroups are removed.
@@ -686,6 +687,9 @@ Result<void> ContainerCreation::make_v1_cgroups() {
     std::vector<bool> made_already;
     for (const auto& h : layout_.hierarchies) made_already.push_back(h.unified);
     FB_ASSIGN(v1_cgroups_, create_cgroups(layout_, plan_.cgroups_path, {}, {}, made_already));
+    // Opened here, off init's path; init opens them itself if we could not (and says why).
+    if (auto files = open_v1_task_files(layout_, cgroups_.dirs()); files && files->size() <= kSyncMaxFds)
+        v1_task_files_ = std::move(*files);
     trace::mark("create: v1 cgroup dirs made");
     return {};
 }
@@ -698,8 +702,11 @@ Result<void> ContainerCreation::place_v1_cgroups() {
     created.insert(created.end(), v1_cgroups_.created().begin(), v1_cgroups_.created().end());
     state_.cgroup_dirs_created = removable_cgroups(layout_, std::move(created));
     trace::mark("create: v1 cgroups made");
+    std::vector<int> fds;
+    for (const auto& f : v1_task_files_) fds.push_back(f.get());
     // Unsent, init has died or reported an error: drive_init reads which next.
-    (void)sync_send(parent_end_.get(), SyncType::CgroupsPlaced);
+    (void)sync_send(parent_end_.get(), SyncType::CgroupsPlaced, 0, {}, fds);
+    v1_task_files_.clear();
     return {};
 }
 

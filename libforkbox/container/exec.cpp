@@ -441,9 +441,9 @@ Result<int> exec_into(const StateStore& store, const ExecOptions& opt) {
     };
     auto msg = next_message();
     // Notify rules: the child hands us its listener for the agent, then goes on.
-    while (msg && msg->type == SyncType::SeccompListener && msg->fd && spec->linux && spec->linux->seccomp) {
+    while (msg && msg->type == SyncType::SeccompListener && msg->fds.size() == 1 && spec->linux && spec->linux->seccomp) {
         const oci::Seccomp& sc = *spec->linux->seccomp;
-        FB_TRY(hand_listener_to_agent(sc.listener_path, msg->fd.get(),
+        FB_TRY(hand_listener_to_agent(sc.listener_path, msg->fds[0].get(),
                                       container_process_state(state, "running", child, sc.listener_metadata)));
         FB_TRY(sync_send(parent_end.get(), SyncType::SeccompListenerDone));
         msg = next_message();

@@ -113,12 +113,17 @@ Result<void> intermediate_stage(InitArgs& a) {
 }
 
 // InitArgs::v1_cgroups_follow: once `create` says the v1 cgroups exist, we join them (as
-// join_v1_cgroups: ourselves, through their `tasks` files); a no-op after the first call.
+// join_v1_cgroups: ourselves, through their `tasks` files, which come with the message when
+// create could open them); a no-op after the first call.
 Result<void> join_v1_cgroups_when_placed(InitArgs& a) {
     if (!a.v1_cgroups_follow) return {};
     a.v1_cgroups_follow = false;
-    FB_TRY_CTX(sync_expect(a.sync_fd, SyncType::CgroupsPlaced), "wait for the cgroups");
-    FB_ASSIGN(std::vector<unique_fd> files, open_v1_task_files(*a.cgroup_layout, a.cgroup_dirs));
+    auto placed = sync_expect(a.sync_fd, SyncType::CgroupsPlaced);
+    if (!placed) return std::unexpected(placed.error().wrap("wait for the cgroups"));
+    std::vector<unique_fd> files = std::move(placed->fds);
+    if (files.empty()) {
+        FB_ASSIGN(files, open_v1_task_files(*a.cgroup_layout, a.cgroup_dirs));
+    }
     std::vector<int> fds;
     for (auto& f : files) fds.push_back(f.release());
     FB_TRY(join_v1_cgroups(fds));

@@ -33,7 +33,8 @@ Result<void> hand_listener_to_agent(const std::string& listener_path, int listen
 Result<void> load_seccomp_via_parent(const SeccompProgram& program, int sync_fd) {
     FB_ASSIGN(unique_fd listener, load_seccomp(program));
     if (!listener) return {};
-    FB_TRY(sync_send(sync_fd, SyncType::SeccompListener, 0, {}, listener.get()));
+    int passed = listener.get();
+    FB_TRY(sync_send(sync_fd, SyncType::SeccompListener, 0, {}, std::span<const int>(&passed, 1)));
     FB_TRY(sync_expect(sync_fd, SyncType::SeccompListenerDone));
     return {};
 }

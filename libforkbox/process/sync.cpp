@@ -39,22 +39,23 @@ const char* sync_type_name(SyncType t) {
     return "unknown";
 }
 
-Result<void> sync_send(int fd, SyncType type, int32_t value, std::string_view payload, int pass_fd) {
+Result<void> sync_send(int fd, SyncType type, int32_t value, std::string_view payload, std::span<const int> pass_fds) {
     if (payload.size() > kMaxPayload) payload = payload.substr(0, kMaxPayload);
+    if (pass_fds.size() > kSyncMaxFds) return fail(E2BIG, std::string("sync: too many fds for ") + sync_type_name(type));
     Header h{static_cast<uint32_t>(type), value};
     struct iovec iov[2] = {{&h, sizeof h}, {const_cast<char*>(payload.data()), payload.size()}};
     struct msghdr msg {};
     msg.msg_iov = iov;
     msg.msg_iovlen = payload.empty() ? 1 : 2;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    if (pass_fd >= 0) {
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kSyncMaxFds)] = {};
+    if (!pass_fds.empty()) {
         msg.msg_control = control;
-        msg.msg_controllen = sizeof control;
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * pass_fds.size());
         cmsghdr* cm = CMSG_FIRSTHDR(&msg);
         cm->cmsg_level = SOL_SOCKET;
         cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof pass_fd);
+        cm->cmsg_len = CMSG_LEN(sizeof(int) * pass_fds.size());
+        std::memcpy(CMSG_DATA(cm), pass_fds.data(), sizeof(int) * pass_fds.size());
     }
     for (;;) {
         ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
@@ -77,7 +78,7 @@ Result<SyncMessage> sync_recv(int fd) {
     if (size < 0) return sys_error("sync: receive");
     if (size == 0) return fail(EPIPE, "sync: peer exited");
     std::vector<char> buf(std::min(static_cast<size_t>(size), sizeof(Header) + kMaxPayload));
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kSyncMaxFds)] = {};
     struct iovec iov {buf.data(), buf.size()};
     struct msghdr msg {};
     msg.msg_iov = &iov;
@@ -94,10 +95,13 @@ Result<SyncMessage> sync_recv(int fd) {
     m.type = static_cast<SyncType>(h.type);
     m.value = h.value;
     m.payload.assign(buf.data() + sizeof h, static_cast<size_t>(n) - sizeof h);
-    if (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int))) {
-        int passed;
-        std::memcpy(&passed, CMSG_DATA(cm), sizeof passed);
-        m.fd.reset(passed);
+    if (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+        size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; ++i) {
+            int passed;
+            std::memcpy(&passed, CMSG_DATA(cm) + i * sizeof(int), sizeof passed);
+            m.fds.emplace_back(passed);
+        }
     }
     return m;
 }

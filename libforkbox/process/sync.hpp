@@ -4,6 +4,7 @@
 //   parent -> child   Go              state JSON for hooks; cgroup placement is done, but
 //                                     for the v1 cgroups a cold create makes meanwhile:
 //   parent -> child   CgroupsPlaced   (InitArgs::v1_cgroups_follow) they exist now: join them
+//                                     (through their `tasks` files, passed along when opened)
 //   child  -> parent  UsernsReady     (new user ns) write my uid/gid maps
 //   parent -> child   UsernsDone
 //   child  -> parent  InitPid         (intermediate only) value = host pid of init
@@ -19,8 +20,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "libforkbox/base/error.hpp"
 #include "libforkbox/base/fd.hpp"
@@ -46,11 +49,14 @@ struct SyncMessage {
     SyncType type{};
     int32_t value = 0;
     std::string payload;
-    unique_fd fd;  // an fd passed with the message (SCM_RIGHTS), if any
+    std::vector<unique_fd> fds;  // fds passed with the message (SCM_RIGHTS), if any
 };
 
+// At most this many fds pass with one message.
+constexpr size_t kSyncMaxFds = 32;
+
 Result<void> sync_send(int fd, SyncType type, int32_t value = 0, std::string_view payload = {},
-                       int pass_fd = -1);
+                       std::span<const int> pass_fds = {});
 // Blocks for the next message. EOF (peer gone without a message) is an EPIPE error.
 Result<SyncMessage> sync_recv(int fd);
 // Receives and checks the type; an Error message from the peer becomes this call's error.
