@@ -463,7 +463,6 @@ private:
     std::vector<CgroupWrite> v1_cgroup_writes_;
     CgroupPlacement v1_cgroups_;
     std::optional<Result<void>> v1_cgroups_made_;  // their mkdirs, done while the helper clones init
-    std::vector<unique_fd> v1_task_files_;          // for init, with CgroupsPlaced: its opens spared
     // The systemd driver: the manager, the unit's properties but PIDs, and the cgroupfs writes
     // held back until the unit (and so its cgroups) exists. Declared after cgroups_: a unit
     // started by a create that fails is stopped before forkbox's own cgroups are removed.
@@ -687,9 +686,6 @@ Result<void> ContainerCreation::make_v1_cgroups() {
     std::vector<bool> made_already;
     for (const auto& h : layout_.hierarchies) made_already.push_back(h.unified);
     FB_ASSIGN(v1_cgroups_, create_cgroups(layout_, plan_.cgroups_path, {}, {}, made_already));
-    // Opened here, off init's path; init opens them itself if we could not (and says why).
-    if (auto files = open_v1_task_files(layout_, cgroups_.dirs()); files && files->size() <= kSyncMaxFds)
-        v1_task_files_ = std::move(*files);
     trace::mark("create: v1 cgroup dirs made");
     return {};
 }
@@ -697,16 +693,20 @@ Result<void> ContainerCreation::make_v1_cgroups() {
 Result<void> ContainerCreation::place_v1_cgroups() {
     if (!v1_cgroups_made_) v1_cgroups_made_ = make_v1_cgroups();
     FB_TRY(*v1_cgroups_made_);
+    // Opened for init, which then only writes to them; it opens them itself if we could not
+    // (and says why). After Go: before it, they would hold up init's start (~15 us each).
+    std::vector<unique_fd> task_files;
+    if (auto files = open_v1_task_files(layout_, cgroups_.dirs()); files && files->size() <= kSyncMaxFds)
+        task_files = std::move(*files);
     FB_TRY(apply_cgroup_writes(v1_cgroup_writes_, layout_, cgroups_.dirs()));
     std::vector<std::string> created = cgroups_.created();
     created.insert(created.end(), v1_cgroups_.created().begin(), v1_cgroups_.created().end());
     state_.cgroup_dirs_created = removable_cgroups(layout_, std::move(created));
     trace::mark("create: v1 cgroups made");
     std::vector<int> fds;
-    for (const auto& f : v1_task_files_) fds.push_back(f.get());
+    for (const auto& f : task_files) fds.push_back(f.get());
     // Unsent, init has died or reported an error: drive_init reads which next.
     (void)sync_send(parent_end_.get(), SyncType::CgroupsPlaced, 0, {}, fds);
-    v1_task_files_.clear();
     return {};
 }
 
