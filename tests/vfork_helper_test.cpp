@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <fcntl.h>
@@ -311,54 +312,72 @@ TEST(CloneHelper, WorkWhileCloningRunsOnTheCallerBeforeTheChildReleasesIt) {
 
 namespace {
 
-// Our mappings the size of a child's stack (2 MiB without its guard page).
-int child_stack_maps() {
-    FILE* maps = std::fopen("/proc/self/maps", "r");
-    if (!maps) return -1;
-    int n = 0;
-    unsigned long from, to;
-    char rest[512];
-    while (std::fscanf(maps, "%lx-%lx%511[^\n]", &from, &to, rest) == 3)
-        if (to - from == (2ul << 20)) ++n;
-    std::fclose(maps);
-    return n;
+// Whether any page of [at, at + bytes) is mapped (msync fails with ENOMEM where none is).
+bool mapped(const void* at, size_t bytes) {
+    return ::msync(const_cast<void*>(at), bytes, MS_ASYNC) == 0 || errno != ENOMEM;
 }
 
-bool child_stack_maps_become(int n) {
+const void* stack_once_mapped(const CloneHelper& helper) {
     for (int i = 0; i < 2000; ++i) {
-        if (child_stack_maps() == n) return true;
+        if (const void* at = helper.child_stack()) return at;
+        ::usleep(1000);
+    }
+    return nullptr;
+}
+
+bool unmapped_soon(const void* at, size_t bytes) {
+    for (int i = 0; i < 2000; ++i) {
+        if (!mapped(at, bytes)) return true;
         ::usleep(1000);
     }
     return false;
 }
 
+struct StackSeen {
+    uintptr_t local = 0;
+};
+
+void note_stack_release_exit(void* p, ReleaseCaller release) {
+    int here = 0;
+    static_cast<StackSeen*>(p)->local = reinterpret_cast<uintptr_t>(&here);
+    release();
+    _exit(3);
+}
+
 }  // namespace
 
 TEST(CloneHelper, AChildPreparedForIsClonedOnTheStackMappedAhead) {
-    int before = child_stack_maps();
-    Shared s;
+    StackSeen seen;
     CloneHelper helper(CloneHelper::Options{});
     helper.prepare_child();
-    EXPECT_TRUE(child_stack_maps_become(before + 1));
-    auto pid = helper.clone(copy_release_exit, &s, 0, nullptr);
+    const void* stack = stack_once_mapped(helper);
+    ASSERT_NE(stack, nullptr) << "prepare_child mapped no stack";
+    size_t bytes = CloneHelper::child_stack_bytes();
+    EXPECT_TRUE(mapped(stack, bytes));
+    auto pid = helper.clone(note_stack_release_exit, &seen, 0, nullptr);
     ASSERT_TRUE(pid) << pid.error().what();
-    EXPECT_EQ(s.copied, "the caller's");
+    auto from = reinterpret_cast<uintptr_t>(stack);
+    EXPECT_GE(seen.local, from);
+    EXPECT_LT(seen.local, from + bytes);
+    EXPECT_EQ(helper.child_stack(), stack);  // the same, not a second one
     int status = wait_status(*pid);
     ASSERT_TRUE(WIFEXITED(status));
     EXPECT_EQ(WEXITSTATUS(status), 3);
     // Once the child is gone, the helper unmaps its stack.
-    EXPECT_TRUE(child_stack_maps_become(before));
+    EXPECT_TRUE(unmapped_soon(stack, bytes));
 }
 
 TEST(CloneHelper, AHelperPreparedButNeverAskedToCloneUnmapsTheStack) {
-    int before = child_stack_maps();
+    const void* stack = nullptr;
     {
         CloneHelper helper(CloneHelper::Options{.make_network_namespace = ::geteuid() == 0});
         helper.prepare_child();
         helper.prepare_child();  // once is enough
-        EXPECT_TRUE(child_stack_maps_become(before + 1));
+        stack = stack_once_mapped(helper);
+        ASSERT_NE(stack, nullptr) << "prepare_child mapped no stack";
     }
-    EXPECT_EQ(child_stack_maps(), before);
+    // The destructor waited for the helper, which unmapped it.
+    EXPECT_FALSE(mapped(stack, CloneHelper::child_stack_bytes()));
 }
 
 TEST(CloneHelper, AHelperNeverAskedEndsWithItsObject) {

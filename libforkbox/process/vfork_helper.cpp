@@ -35,6 +35,7 @@ struct CloneHandoff {
     std::function<Result<void>()> in_helper;
     void* stack_map = nullptr;
     char* stack_top = nullptr;
+    std::atomic<void*> stack_shown{nullptr};  // stack_map, for child_stack()
     // Making the network namespace: asked, its result, and the CPUs to go back to.
     bool make_network_namespace = false;
     Result<std::optional<unique_fd>> network = std::optional<unique_fd>();
@@ -140,6 +141,7 @@ Result<void> prepare_child_memory(Handoff* h) {
     h->stack_top = static_cast<char*>(map) + kGuard + kStackBytes;
     (void)::madvise(h->stack_top - kStackPrefault, kStackPrefault, MADV_POPULATE_WRITE);
     prefault::warm_thread_heap(kChildHeapBytes);
+    h->stack_shown.store(map, std::memory_order_release);
     return {};
 }
 
@@ -227,6 +229,10 @@ CloneHelper::~CloneHelper() {
     futex_wake(h_->request);
     ::pthread_join(thread_, nullptr);
 }
+
+const void* CloneHelper::child_stack() const { return h_->stack_shown.load(std::memory_order_acquire); }
+
+size_t CloneHelper::child_stack_bytes() { return kStackBytes + kGuard; }
 
 void CloneHelper::prepare_child() {
     if (!joinable_) return;

@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <sys/types.h>
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -69,6 +70,11 @@ public:
     // now, ahead of clone(): best once what the caller has left to do faults little (see
     // above). Unmapped again if the helper ends without cloning.
     void prepare_child();
+    // Where the child's stack (with its guard page below it) is mapped, once it is, for
+    // tests: nullptr before. Unmapped once the child has exec'd or died, or with a helper
+    // that cloned nothing.
+    const void* child_stack() const;
+    static size_t child_stack_bytes();
 
     // Starts child(arg, release) with the CLONE_NEW* `flags` and returns its pid once it has
     // released us (or died). `in_helper` runs first on the helper thread (setns of the
