@@ -54,15 +54,8 @@ constexpr uintptr_t kPage = 4096;
 
 }  // namespace
 
-// No loop of it may become a call to memset or memcpy (see above).
-#if defined(__clang__)
-#define FORKBOX_NO_LIBC_CALLS __attribute__((no_builtin))
-#else
-#define FORKBOX_NO_LIBC_CALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
-#endif
-
-extern "C" __attribute__((no_stack_protector, used)) FORKBOX_NO_LIBC_CALLS void forkbox_remap_executable_early(
-    uintptr_t initial_stack) {
+extern "C" __attribute__((no_stack_protector, used, optimize("no-tree-loop-distribute-patterns"))) void
+forkbox_remap_executable_early(uintptr_t initial_stack) {
     using forkbox::sys::raw_syscall;
     using forkbox::sys::raw_syscall6;
     long argc = *reinterpret_cast<const long*>(initial_stack);
