@@ -382,46 +382,6 @@ refute_exe_hunt_hits() {
 	assert_runtime_copy_unchanged
 }
 
-# As root, create, run and exec name the sealed stub their own executable (exe_view.hpp,
-# exec_guard.hpp) instead of exec'ing it: the program's exec then finds the stub behind
-# /proc/self/exe, as it would in the stub, and no host file.
-@test "as root the runtime names the sealed stub its executable: a #!/proc/self/exe program still gets only the stub" {
-	is_runc && skip "forkbox's exec guard"
-	use_runtime_copy
-	add_self_exe_script /evil
-	set_args /evil
-	run -127 --separate-stderr runtime --debug run --bundle "$BUNDLE" "$CID"
-	assert_stderr_contains "the sealed stub is this process's executable"
-	assert_stderr_contains "forkbox-exec: not to be run directly"
-	assert_runtime_copy_unchanged
-	# A created container's init, before its program: the stub is its executable too, and
-	# sealed: the host's root cannot open it for writing either.
-	set_args /bin/fbhelper true
-	create_container "$CID-created" || fail "create: $(container_err "$CID-created")"
-	local pid
-	pid=$(container_pid "$CID-created")
-	run readlink "/proc/$pid/exe"
-	assert_output --partial "memfd:forkbox-exec"
-	run sh -c "exec 3>>/proc/$pid/exe"
-	assert_failure
-	assert_runtime_copy_unchanged
-}
-
-@test "with FORKBOX_EXE_SWAP=off the stub is exec'd instead, with the same guard" {
-	is_runc && skip "forkbox's exec guard"
-	use_runtime_copy
-	add_self_exe_script /evil
-	set_args /evil
-	FORKBOX_EXE_SWAP=off run -127 --separate-stderr runtime --debug run --bundle "$BUNDLE" "$CID"
-	[[ $stderr != *"the sealed stub is this process's executable"* ]] || fail "the stub was named the executable: $stderr"
-	assert_stderr_contains "forkbox-exec: not to be run directly"
-	assert_runtime_copy_unchanged
-	set_args /bin/fbhelper echo through
-	FORKBOX_EXE_SWAP=off run runtime run --bundle "$BUNDLE" "$CID-2"
-	assert_success
-	assert_output through
-}
-
 # use_read_only_runtime_copy: as use_runtime_copy, with the copy bind-mounted read-only
 # onto itself (teardown unmounts it): every open of it for writing fails with EROFS, so
 # forkbox execs container programs without the stub (exec_guard.hpp).

@@ -12,7 +12,6 @@
 #include <ctime>
 #include <utility>
 
-#include "libforkbox/base/exe_view.hpp"
 #include "libforkbox/base/syscalls.hpp"
 
 
@@ -298,8 +297,6 @@ extern "C" __attribute__((no_stack_protector, used)) void forkbox_populate_early
 // decides whether bulk mapping pays here, and if so does it.
 extern "C" __attribute__((no_stack_protector, used)) void forkbox_start_early(uintptr_t initial_stack) {
     using forkbox::prefault::Decision;
-    // First: nothing of .data may be written before its pages are mapped again.
-    forkbox_remap_executable_early(initial_stack);
     auto* argc = reinterpret_cast<const long*>(initial_stack);
     auto* envp = reinterpret_cast<char* const*>(initial_stack + sizeof(long)) + *argc + 1;
     Decision d = forkbox::prefault::decide(envp, early_phdrs(), __ehdr_start.e_phnum, early_bias(),

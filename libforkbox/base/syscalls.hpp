@@ -38,21 +38,6 @@ namespace forkbox::sys {
 #endif
 }
 
-// The same with six arguments (mmap, mount_setattr, execveat).
-[[gnu::always_inline]] inline long raw_syscall6(long nr, long a, long b, long c, long d, long e, long f = 0) {
-#if defined(__x86_64__)
-    long ret;
-    register long r10 asm("r10") = d;
-    register long r8 asm("r8") = e;
-    register long r9 asm("r9") = f;
-    asm volatile("syscall" : "=a"(ret) : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9) : "rcx", "r11", "memory");
-    return ret;
-#else
-    long ret = ::syscall(nr, a, b, c, d, e, f);
-    return ret < 0 ? -errno : ret;
-#endif
-}
-
 // Fork-like clone3: no new stack, the child returns 0 and continues where the parent does.
 inline pid_t clone3_fork(uint64_t flags, int cgroup_fd = -1, int* pidfd = nullptr) {
     struct clone_args args {};

@@ -49,10 +49,6 @@ public:
         unique_fd read_end(p[0]), write_end(p[1]);
         unique_fd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
         if (!null) return sys_error("guardian: open /dev/null");
-        // The command's program, opened now: create may make the exec stub this process's
-        // executable (exec_guard.hpp), and /proc/self/exe would then name the stub.
-        unique_fd program(::open(cleanup[0].c_str(), O_PATH | O_CLOEXEC));
-        if (!program) return sys_error("guardian: open " + cleanup[0]);
         // Everything it uses, in static storage: it may exec after we are gone. Our
         // environment goes with the command (a user's systemd is found through it), as far
         // as it fits.
@@ -75,7 +71,6 @@ public:
         args_.pipe = read_end.get();
         args_.null = null.get();
         args_.log = log::file_fd();
-        args_.program = program.get();
         // Born with every signal blocked, until it has ignored those it must survive: a
         // Ctrl-C in its first microseconds would otherwise end it, and the cleanup with it.
         pid_t pid = clone_vm_signals_blocked(guard, stack_ + sizeof stack_, SIGCHLD, &args_);
@@ -105,7 +100,7 @@ private:
     RunGuardian() = default;
 
     struct Args {
-        int pipe, null, log, program;
+        int pipe, null, log;
     };
     static constexpr size_t kMaxArgs = 16;
     static constexpr size_t kMaxEnv = 256;
@@ -124,11 +119,10 @@ private:
         // Not the job's output: a runner waits for every holder of its stdout to close it.
         for (long fd = 0; fd <= 2; ++fd) raw_syscall(SYS_dup3, a.null, fd, 0);
         // Nor anything else of the caller's (a socket, a pipe to the runner): only the pipe,
-        // the --log file (the cleanup command reopens it by name), /dev/null and the
-        // command's program stay.
-        int keep[4] = {a.pipe, a.null, a.log, a.program};
-        for (int i = 0; i < 4; ++i)  // sorted, small first
-            for (int j = i + 1; j < 4; ++j)
+        // the --log file (the cleanup command reopens it by name) and /dev/null stay.
+        int keep[3] = {a.pipe, a.null, a.log};
+        for (int i = 0; i < 3; ++i)  // sorted, small first
+            for (int j = i + 1; j < 3; ++j)
                 if (keep[j] < keep[i]) std::swap(keep[i], keep[j]);
         long first = 3;
         for (int fd : keep) {
@@ -151,9 +145,7 @@ private:
         while (n == -EINTR);
         if (n == 1) raw_syscall(SYS_exit, 0);
         // We died: our lock on the container died with us, so the delete does not wait.
-        // Through the fd: close-on-exec does not stop that for a program (only for a script).
-        sys::raw_syscall6(SYS_execveat, a.program, reinterpret_cast<long>(""), reinterpret_cast<long>(argv_),
-                          reinterpret_cast<long>(envp_), AT_EMPTY_PATH);
+        raw_syscall(SYS_execve, reinterpret_cast<long>(argv_[0]), reinterpret_cast<long>(argv_), reinterpret_cast<long>(envp_));
         raw_syscall(SYS_exit, 1);
         return 1;
     }

@@ -1,9 +1,7 @@
 #include "libforkbox/process/exec_guard.hpp"
 
 #include <fcntl.h>
-#include <linux/prctl.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
@@ -11,12 +9,8 @@
 
 #include <array>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
-#include "libforkbox/base/exe_view.hpp"
-#include "libforkbox/base/files.hpp"
 #include "libforkbox/base/log.hpp"
 #include "libforkbox/process/process.hpp"
 #include "libforkbox/seccomp/evaluate.hpp"
@@ -46,45 +40,6 @@ int exe_protection = -1;
         dprintf(2, "forkbox: exec: \"%s\": %s\n", argv[0] ? argv[0] : exe.c_str(), go_errno_text(err).c_str());
     }
     _exit(127);
-}
-
-// Names the sealed stub in `stub_fd` as this process's executable (prctl PR_SET_MM_MAP with
-// its exe_fd; the rest of the map as it is, from /proc/self/stat): possible once no mapping
-// of the old executable's path is left (exe_view.hpp), and as root. Children inherit it.
-Result<void> name_stub_as_executable(int stub_fd) {
-    FB_ASSIGN(std::string stat, read_file("/proc/self/stat"));
-    // Fields after the command's closing parenthesis, numbered as proc(5) numbers them.
-    auto close = stat.rfind(')');
-    if (close == std::string::npos) return fail(EPROTO, "/proc/self/stat: no command");
-    std::vector<unsigned long long> field(3, 0);  // 1 pid, 2 comm
-    const char* p = stat.c_str() + close + 1;
-    while (*p) {
-        while (*p == ' ') ++p;
-        if (!*p || *p == '\n') break;
-        char* end;
-        field.push_back(std::strtoull(p, &end, 10));
-        if (end == p) {  // field 3, the state letter
-            field.back() = 0;
-            ++end;
-        }
-        p = end;
-    }
-    if (field.size() <= 51) return fail(EPROTO, "/proc/self/stat: " + std::to_string(field.size() - 1) + " fields");
-    struct prctl_mm_map map {};
-    map.start_code = field[26];
-    map.end_code = field[27];
-    map.start_stack = field[28];
-    map.start_data = field[45];
-    map.end_data = field[46];
-    map.start_brk = field[47];
-    map.brk = reinterpret_cast<unsigned long>(::sbrk(0));
-    map.arg_start = field[48];
-    map.arg_end = field[49];
-    map.env_start = field[50];
-    map.env_end = field[51];
-    map.exe_fd = static_cast<uint32_t>(stub_fd);
-    if (::prctl(PR_SET_MM, PR_SET_MM_MAP, &map, sizeof map, 0) < 0) return sys_error("prctl PR_SET_MM_MAP exe_fd");
-    return {};
 }
 }  // namespace
 
@@ -127,18 +82,6 @@ Result<unique_fd> make_exec_stub() {
     // dumpable (the kernel's would_dump), so a container user can neither ptrace the stub
     // nor open its /proc files while it waits for `start`.
     if (::fchmod(fd.get(), 0111) < 0) return sys_error("exec stub: chmod memfd");
-    // Better than exec'ing it (~0.5 ms on PVM guests): the stub becomes /proc/self/exe, for
-    // us and every child we make, so the program's exec resolves "#!/proc/self/exe" to it as
-    // it would in the stub, and the program is exec'd directly.
-    if (exe_view::remapped()) {
-        if (auto named = name_stub_as_executable(fd.get()); named) {
-            exe_protection = 1;
-            log::debug("exec guard: the sealed stub is this process's executable: programs are exec'd without exec'ing it");
-            return unique_fd();
-        } else {
-            log::debug("exec guard: the stub is exec'd: " + named.error().what());
-        }
-    }
     return fd;
 }
 

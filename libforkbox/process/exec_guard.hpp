@@ -17,11 +17,7 @@
 // a read-only mount or filesystem (exe_write_protected), where every open for writing
 // fails with EROFS whoever asks, the container's root included (it cannot remount a mount
 // of the host's namespace). Then "#!/proc/self/exe" runs the host binary inside the
-// container, which can read it but never change it. Nor is it exec'd where this process can
-// name the sealed stub its own executable (prctl PR_SET_MM_MAP with exe_fd, as root, once
-// exe_view.hpp has mapped the binary again from another path): /proc/self/exe is then the
-// stub for this process and every child, so the program's exec finds the stub there as it
-// would in the stub, without the stub's exec.
+// container, which can read it but never change it.
 #pragma once
 
 #include <cstddef>
@@ -40,8 +36,7 @@ std::span<const unsigned char> exec_stub_image();
 // Parent side, before clone: a memfd holding the stub, sealed against any change
 // (F_SEAL_SEAL|SHRINK|GROW|WRITE), close-on-exec (hooks the parent runs do not get it, and
 // the child's exec of it does not pass it on). About 8 us: memfd_create, one write, fcntl.
-// None (an empty fd) when exe_write_protected(), or when the stub just became this process's
-// executable (see above): the child execs its program directly.
+// None (an empty fd) when exe_write_protected(): the child execs its program directly.
 Result<unique_fd> make_exec_stub();
 
 // Whether this binary was exec'd from a read-only mount or filesystem (statvfs of
