@@ -559,7 +559,6 @@ Result<void> ContainerCreation::prepare_state() {
     }
     trace::mark("create: seccomp ready");
 
-
     FB_ASSIGN(ContainerDir dir, store_.create(opt_.id));
     dir_.emplace(std::move(dir));
     dir_guard_.emplace(&*dir_);
@@ -612,7 +611,7 @@ Result<void> ContainerCreation::place_cgroups() {
     // What is left before the clone faults little: the helper maps and writes the child's
     // stack and heap meanwhile (a fork's path ends it, and the stack is unmapped).
     if (clone_helper_) clone_helper_->prepare_child();
-    // The v1 hierarchies' dirs are named now (init binds them), made after the clone.
+    // The v1 hierarchies' dirs are named now (init binds them), made as init starts.
     std::vector<bool> made_later;
     v1_cgroups_follow_ = v1_cgroups_may_follow_clone();
     if (v1_cgroups_follow_) {
